@@ -1,0 +1,117 @@
+"""`configure()`: choose providers without clobbering the application's, and wire looptrace."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+from opentelemetry import metrics, trace
+from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
+from opentelemetry.sdk.resources import SERVICE_INSTANCE_ID, SERVICE_NAME, Resource
+from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
+
+from looptrace import __version__
+from looptrace._aggregator import Aggregator
+from looptrace._clock import Clock, MonotonicClock
+from looptrace._engine import Engine
+from looptrace._errors import TimerError
+from looptrace._health import Incidents
+from looptrace._looptrace import Looptrace
+from looptrace._metrics import HistogramRecorder
+from looptrace._processor import SCOPE, AggregatingSpanProcessor
+from looptrace._ranks import RankInfo
+
+
+def configure(
+    service_name: str | None = None,
+    *,
+    tracer_provider: trace.TracerProvider | None = None,
+    meter_provider: metrics.MeterProvider | None = None,
+    clock: Clock | None = None,
+    trace_every: int = 1,
+    rank: RankInfo | None = None,
+    max_paths: int = 1000,
+) -> Looptrace:
+    """Set up looptrace and return the handle that makes timers and resets windows.
+
+    Args:
+        service_name: `service.name` of the Resource; falls back to `OTEL_SERVICE_NAME`,
+            then `"looptrace"`.
+        tracer_provider: where spans go. Without one, a global SDK provider set by the
+            application is used (looptrace adds its processor to it); without that either,
+            looptrace installs an SDK provider of its own as the global one.
+        meter_provider: where `looptrace.section.duration` is recorded at each `reset()`;
+            defaults to the global provider when that is an SDK one.
+        clock: the time source (default: `time.perf_counter_ns` with one `time_ns` anchor);
+            tests pass `looptrace.testing.FakeClock()`.
+        trace_every: trace the outermost laps whose index is a multiple of this (1: every
+            step, 0: none). Every section is aggregated either way.
+        rank: override the rank detected from the launcher's environment.
+        max_paths: distinct section paths kept apart; later ones count under `"other"`.
+    """
+    if isinstance(trace_every, bool) or not isinstance(trace_every, int) or trace_every < 0:
+        raise TimerError(f"trace_every must be an int >= 0, got {trace_every!r}")
+    if max_paths < 1:
+        raise TimerError(f"max_paths must be at least 1, got {max_paths!r}")
+    rank = RankInfo.from_env() if rank is None else rank
+    name = service_name or os.environ.get("OTEL_SERVICE_NAME") or "looptrace"
+    incidents = Incidents()
+    flushers: list[Callable[[], object]] = []
+    closers: list[Callable[[], object]] = []
+
+    resource = Resource.create(
+        {SERVICE_NAME: name, SERVICE_INSTANCE_ID: rank.instance_id, **rank.attributes()}
+    )
+    disabled = os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true"
+
+    meter_provider = meter_provider or _global_sdk_meter_provider()
+    recorder = (
+        HistogramRecorder(meter_provider, rank.span_attributes(), incidents)
+        if meter_provider is not None and not disabled
+        else None
+    )
+    if isinstance(meter_provider, SdkMeterProvider):
+        flushers.append(meter_provider.force_flush)
+    aggregator = Aggregator(max_paths=max_paths, recorder=recorder)
+
+    tracer: trace.Tracer | None = None
+    if not disabled:
+        provider = tracer_provider or _global_sdk_tracer_provider()
+        if provider is None:
+            provider = SdkTracerProvider(resource=resource)
+            trace.set_tracer_provider(provider)
+        processor = AggregatingSpanProcessor(aggregator, incidents)
+        if isinstance(provider, SdkTracerProvider):
+            provider.add_span_processor(processor)
+            # Spans are flushed at shutdown only: a flush at every reset() would block the
+            # training thread on the exporters.
+            closers.append(provider.force_flush)
+        closers.append(processor.shutdown)
+        tracer = provider.get_tracer(SCOPE, __version__)
+
+    engine = Engine(
+        clock=clock or MonotonicClock(),
+        aggregator=aggregator,
+        tracer=tracer,
+        trace_every=trace_every,
+        span_attributes=rank.span_attributes(),
+        incidents=incidents,
+    )
+    return Looptrace(
+        engine=engine,
+        aggregator=aggregator,
+        incidents=incidents,
+        rank=rank,
+        flushers=flushers,
+        closers=closers,
+    )
+
+
+def _global_sdk_tracer_provider() -> SdkTracerProvider | None:
+    provider = trace.get_tracer_provider()
+    return provider if isinstance(provider, SdkTracerProvider) else None
+
+
+def _global_sdk_meter_provider() -> SdkMeterProvider | None:
+    provider = metrics.get_meter_provider()
+    return provider if isinstance(provider, SdkMeterProvider) else None

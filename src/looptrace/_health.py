@@ -1,0 +1,58 @@
+"""Counters of what looptrace refused, lost or swallowed, so failures are visible, not silent."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+
+_log = logging.getLogger("looptrace")
+
+
+@dataclass(frozen=True, slots=True)
+class Health:
+    """What went wrong since `configure()`: none of these ever raised into the caller.
+
+    Attributes:
+        misuse: calls ignored by the misuse policy (`stop()` on a stopped timer, use after
+            `shutdown()`).
+        internal_errors: exceptions caught inside looptrace's processors and exporters.
+        overflowed: measurements counted under `"other"` because of the path cap.
+        dropped_spans: spans an exporter failed to deliver.
+    """
+
+    misuse: int = 0
+    internal_errors: int = 0
+    overflowed: int = 0
+    dropped_spans: int = 0
+
+
+class Incidents:
+    """Counts misuse and internal errors, logging the first of each kind once."""
+
+    def __init__(self) -> None:
+        self.misuse = 0
+        self.internal_errors = 0
+        self._seen: set[str] = set()
+        self._lock = threading.Lock()
+
+    def misused(self, kind: str, message: str) -> None:
+        """Count one ignored call; log the first of each kind as a warning."""
+        with self._lock:
+            self.misuse += 1
+            first = kind not in self._seen
+            self._seen.add(kind)
+        if first:
+            _log.warning("looptrace: %s (ignored; further cases are counted, not logged)", message)
+
+    def failed(self, where: str) -> None:
+        """Count one swallowed exception; log the first per site with its traceback.
+
+        Call from inside an `except` block.
+        """
+        with self._lock:
+            self.internal_errors += 1
+            first = where not in self._seen
+            self._seen.add(where)
+        if first:
+            _log.exception("looptrace: internal error in %s (further ones are counted)", where)

@@ -1,0 +1,124 @@
+"""The object `configure()` returns: timers, `reset()`, `health()` and `shutdown()`."""
+
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from collections.abc import Callable
+
+from looptrace._aggregator import Aggregator
+from looptrace._engine import Engine
+from looptrace._health import Health, Incidents
+from looptrace._ranks import RankInfo
+from looptrace._snapshot import Snapshot
+from looptrace._timer import Timer
+
+
+class Looptrace:
+    """A configured looptrace: the root timer, windows of statistics, and the export pipeline.
+
+    Made by `looptrace.configure()`; `lt.timer("training")` is the usual entry point.
+    """
+
+    def __init__(
+        self,
+        *,
+        engine: Engine,
+        aggregator: Aggregator,
+        incidents: Incidents,
+        rank: RankInfo,
+        flushers: list[Callable[[], object]],
+        closers: list[Callable[[], object]],
+    ) -> None:
+        self._engine = engine
+        self._aggregator = aggregator
+        self._incidents = incidents
+        self.rank = rank
+        self._flushers = flushers
+        self._closers = closers
+        self._reset_lock = threading.Lock()
+        self._window_start = engine.now()
+        self.root = Timer(engine, "root", None)
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=_after_fork_hook(self))
+
+    def __repr__(self) -> str:
+        return f"Looptrace(rank={self.rank.rank}, closed={self._engine.closed})"
+
+    def timer(self, name: str) -> Timer:
+        """Return the timer `root.<name>` (the same object on every call).
+
+        Timers made here are independent: starting or lapping one never ends another.
+        """
+        return self.root.timer(name)
+
+    def reset(self) -> Snapshot:
+        """Close the window at one instant and return its statistics per path.
+
+        Running sections contribute their part before the cut and keep running into the next
+        window. The histogram metric is flushed to the configured exporters.
+        """
+        engine = self._engine
+        with self._reset_lock:
+            now = engine.now()
+            if engine.closed:
+                self._incidents.misused("closed", "reset() after shutdown()")
+            else:
+                for state in engine.states():
+                    with state.lock:
+                        for top in state.tops:
+                            engine.cut(state, top, now)
+            start, self._window_start = self._window_start, now
+            snapshot = self._aggregator.snapshot(
+                start_ns=engine.anchor.epoch_ns(start),
+                end_ns=engine.anchor.epoch_ns(now),
+                rank=self.rank.rank,
+            )
+        self._call_all(self._flushers, "flush")
+        return snapshot
+
+    def health(self) -> Health:
+        """Return the counts of ignored misuse, swallowed errors and overflowed paths."""
+        return Health(
+            misuse=self._incidents.misuse,
+            internal_errors=self._incidents.internal_errors,
+            overflowed=self._aggregator.overflowed,
+        )
+
+    def shutdown(self) -> None:
+        """Flush pending data and release exporters; later calls do nothing.
+
+        Timers stay usable as counted no-ops, so a training loop that outlives its telemetry
+        keeps running.
+        """
+        engine = self._engine
+        if engine.closed:
+            return
+        self._call_all(self._flushers, "flush")
+        engine.closed = True
+        self._call_all(self._closers, "shutdown")
+
+    def _call_all(self, calls: list[Callable[[], object]], what: str) -> None:
+        for call in calls:
+            try:
+                call()
+            except Exception:
+                self._incidents.failed(what)
+
+    def _after_fork_in_child(self) -> None:
+        self._reset_lock = threading.Lock()
+        self._aggregator.clear()
+        self._engine.after_fork_in_child()
+        self._window_start = self._engine.now()
+
+
+def _after_fork_hook(lt: Looptrace) -> Callable[[], None]:
+    ref = weakref.ref(lt)
+
+    def hook() -> None:
+        target = ref()
+        if target is not None:
+            target._after_fork_in_child()
+
+    return hook

@@ -1,0 +1,52 @@
+"""A fixed-memory quantile sketch with bounded relative error (DDSketch's log buckets)."""
+
+from __future__ import annotations
+
+import math
+
+RELATIVE_ACCURACY = 0.01
+_GAMMA = (1 + RELATIVE_ACCURACY) / (1 - RELATIVE_ACCURACY)
+_INV_LOG_GAMMA = 1 / math.log(_GAMMA)
+# Values are integer nanoseconds, so indices run from 0 (1 ns) to ~1,400 (1,000 s): memory per
+# sketch is bounded by the range of durations, never by how many were added.
+_MAX_INDEX = math.ceil(math.log(1e13) * _INV_LOG_GAMMA)
+
+
+class QuantileSketch:
+    """Counts of durations in buckets `(γ^(i-1), γ^i]`; any quantile within 1 % relative error.
+
+    Each bucket is reported by the value whose relative distance to both of its ends is
+    `RELATIVE_ACCURACY`, which bounds the error of every quantile (Masson et al., VLDB 2019).
+    """
+
+    __slots__ = ("bins", "count")
+
+    def __init__(self) -> None:
+        self.bins: dict[int, int] = {}
+        self.count = 0
+
+    def add(self, value_ns: int) -> None:
+        """Add one duration in nanoseconds (values below 1 ns count as 1 ns)."""
+        index = bucket_of(value_ns)
+        bins = self.bins
+        bins[index] = bins.get(index, 0) + 1
+        self.count += 1
+
+    def quantile(self, q: float) -> float:
+        """Return the q-quantile in nanoseconds (NaN when empty)."""
+        if self.count == 0:
+            return math.nan
+        rank = q * (self.count - 1)
+        seen = 0
+        for index in sorted(self.bins):
+            seen += self.bins[index]
+            if seen > rank:
+                return 2 * _GAMMA**index / (_GAMMA + 1)
+        raise AssertionError("unreachable: rank is below count")
+
+
+def bucket_of(value_ns: int) -> int:
+    """Return the sketch bucket index of a duration in nanoseconds."""
+    if value_ns <= 1:
+        return 0
+    return min(math.ceil(math.log(value_ns) * _INV_LOG_GAMMA), _MAX_INDEX)

@@ -1,0 +1,219 @@
+"""Hierarchical lap timers: `record()`, `stop()`, and sections as context managers/decorators."""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable
+from types import TracebackType
+from typing import ParamSpec, TypeVar
+
+from looptrace._engine import Engine, Interval
+from looptrace._errors import TimerError
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class Timer:
+    """A named timer at a dotted path (`root.training`), with child timers as its sections.
+
+    Lap state lives per thread in the engine, so one timer can be shared by threads and used
+    recursively; the object itself holds only its name and children.
+    """
+
+    __slots__ = ("__weakref__", "_children", "_engine", "name", "parent", "path")
+
+    def __init__(self, engine: Engine, name: str, parent: Timer | None) -> None:
+        self._engine = engine
+        self.name = name
+        self.parent = parent
+        self.path = name if parent is None else f"{parent.path}.{name}"
+        self._children: dict[str, Timer] = {}
+
+    def __repr__(self) -> str:
+        return f"Timer({self.path!r})"
+
+    def timer(self, name: str) -> Timer:
+        """Return the child timer `name` (the same object on every call)."""
+        child = self._children.get(name)
+        if child is None:
+            self._check_name(name)
+            child = self._children.setdefault(name, Timer(self._engine, name, self))
+        return child
+
+    @property
+    def running(self) -> bool:
+        """Whether this timer has a running interval in the calling thread."""
+        return bool(self._engine.state().stacks.get(self))
+
+    def record(self, name: str | None = None) -> None:
+        """Lap this timer, or switch it to section `name`.
+
+        `record()` ends the running interval (one measurement) and starts the next at the same
+        instant, or starts one on a stopped timer. `record(name)` starts this timer if needed,
+        ends the running sibling sections, and starts `name` (lapping it if it was running).
+        """
+        child = None if name is None else self.timer(name)
+        engine = self._engine
+        if engine.closed:
+            engine.incidents.misused("closed", f"{self.path}.record() after shutdown()")
+            return
+        state = engine.state()
+        with state.lock:
+            now = engine.now()
+            stack = state.stacks.get(self)
+            if child is None:
+                if stack:
+                    engine.end(state, stack[0], now)
+                engine.start(state, self, now, engine.parent_for(state, self))
+            else:
+                mine = stack[-1] if stack else engine.start(
+                    state, self, now, engine.parent_for(state, self)
+                )
+                engine.close_siblings(state, mine, child, now)
+                running = state.stacks.get(child)
+                if running:
+                    engine.end(state, running[0], now)
+                engine.start(state, child, now, mine)
+        engine.aggregator.maybe_fold(state.buffer)
+
+    def stop(self) -> None:
+        """End the running interval (and its sections) without starting a new one."""
+        engine = self._engine
+        if engine.closed:
+            engine.incidents.misused("closed", f"{self.path}.stop() after shutdown()")
+            return
+        state = engine.state()
+        with state.lock:
+            stack = state.stacks.get(self)
+            if stack:
+                engine.end(state, stack[0], engine.now())
+        if not stack:
+            engine.incidents.misused("stopped", f"{self.path}.stop() on a stopped timer")
+        engine.aggregator.maybe_fold(state.buffer)
+
+    def section(self, name: str) -> Section:
+        """Return section `name` of this timer: a context manager, decorator, or start/stop pair.
+
+        Entering it is `record(name)`, except that entering a section that is already running
+        in this thread (recursion) nests a new interval instead of lapping it. Leaving it ends
+        that interval only; this timer keeps running.
+        """
+        return Section(self, self.timer(name))
+
+    def timed(self, name: str | None = None) -> Callable[[Callable[P, R]], Callable[P, R]]:
+        """Decorate a function so each call is a section (default name: the function's)."""
+
+        def decorate(func: Callable[P, R]) -> Callable[P, R]:
+            section_name = name if name is not None else func.__qualname__.rsplit(".", 1)[-1]
+            return self.section(section_name)(func)
+
+        return decorate
+
+    def _enter(self, child: Timer) -> Interval | None:
+        engine = self._engine
+        if engine.closed:
+            engine.incidents.misused("closed", f"{child.path} entered after shutdown()")
+            return None
+        state = engine.state()
+        with state.lock:
+            now = engine.now()
+            running = state.stacks.get(child)
+            if running:
+                interval = engine.start(state, child, now, running[-1])
+            else:
+                stack = state.stacks.get(self)
+                mine = stack[-1] if stack else engine.start(
+                    state, self, now, engine.parent_for(state, self)
+                )
+                engine.close_siblings(state, mine, child, now)
+                interval = engine.start(state, child, now, mine)
+        return interval
+
+    def _exit(self, interval: Interval | None, error: BaseException | None) -> None:
+        if interval is None:
+            return
+        engine = self._engine
+        state = engine.state()
+        with state.lock:
+            # A lap or sibling switch inside the block may have ended it already.
+            if interval in state.stacks.get(interval.node, ()):
+                engine.end(state, interval, engine.now(), error)
+        engine.aggregator.maybe_fold(state.buffer)
+
+    @staticmethod
+    def _check_name(name: object) -> None:
+        if not isinstance(name, str):
+            raise TimerError(f"a section name must be a str, got {type(name).__name__} {name!r}")
+        if not name:
+            raise TimerError("a section name must not be empty")
+        if "." in name:
+            raise TimerError(f"section name {name!r} contains '.', which separates path levels")
+
+
+class Section:
+    """One section of a timer, usable as `with`, as `@decorator`, or by `start()`/`stop()`.
+
+    Per-entry state is kept per thread on a stack, so one object serves threads and recursion.
+    """
+
+    __slots__ = ("_local", "_owner", "timer")
+
+    def __init__(self, owner: Timer, timer: Timer) -> None:
+        self._owner = owner
+        self.timer = timer
+        self._local = threading.local()
+
+    def __repr__(self) -> str:
+        return f"Section({self.timer.path!r})"
+
+    def _stack(self) -> list[Interval | None]:
+        try:
+            return self._local.stack  # type: ignore[no-any-return]
+        except AttributeError:
+            self._local.stack = stack = []
+            return stack
+
+    def start(self) -> None:
+        """Enter the section (like `record(name)` on its timer)."""
+        self._stack().append(self._owner._enter(self.timer))
+
+    def stop(self) -> None:
+        """Leave the section entered last by this thread."""
+        stack = self._stack()
+        if not stack:
+            self.timer._engine.incidents.misused(
+                "stopped", f"section {self.timer.path!r} stopped more often than started"
+            )
+            return
+        self._owner._exit(stack.pop(), None)
+
+    def __enter__(self) -> Section:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self._owner._exit(self._stack().pop(), exc)
+
+    def __call__(self, func: Callable[P, R]) -> Callable[P, R]:
+        """Wrap `func` so that every call is one entry of this section."""
+        owner, timer = self._owner, self.timer
+
+        @functools.wraps(func)
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+            interval = owner._enter(timer)
+            try:
+                result = func(*args, **kwargs)
+            except BaseException as error:
+                owner._exit(interval, error)
+                raise
+            owner._exit(interval, None)
+            return result
+
+        return wrapper

@@ -1,0 +1,122 @@
+"""Test helpers: a fake clock and an in-memory capture of spans and metrics (a pytest plugin).
+
+`pytest` loads this module as a plugin, so a test can ask for the `looptrace_capture` fixture::
+
+    def test_forward(looptrace_capture):
+        lt, clock = looptrace_capture.lt, looptrace_capture.clock
+        lt.timer("train").record("forward")
+        clock.advance(0.5)
+        assert looptrace_capture.lt.reset()["root.train.forward"].total == 0.5
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from opentelemetry.sdk.metrics import Histogram, MeterProvider
+from opentelemetry.sdk.metrics.export import AggregationTemporality, InMemoryMetricReader
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from looptrace._configure import configure
+from looptrace._looptrace import Looptrace
+from looptrace._ranks import RankInfo
+
+__all__ = ["Capture", "FakeClock", "capture", "looptrace_capture"]
+
+_EPOCH_NS = 1_767_225_600_000_000_000  # 2026-01-01T00:00:00Z, so timestamps are reproducible
+
+
+class FakeClock:
+    """A clock that moves only when told to; durations in tests are exact."""
+
+    __slots__ = ("_epoch_ns", "_now_ns")
+
+    def __init__(self, start_s: float = 1000.0, epoch_ns: int = _EPOCH_NS) -> None:
+        self._now_ns = round(start_s * 1e9)
+        self._epoch_ns = epoch_ns - self._now_ns
+
+    def advance(self, seconds: float) -> None:
+        """Move time forward by `seconds` (never backward)."""
+        if seconds < 0:
+            raise ValueError(f"a clock cannot go back: advance({seconds})")
+        self._now_ns += round(seconds * 1e9)
+
+    def monotonic_ns(self) -> int:
+        """Return the fake monotonic time."""
+        return self._now_ns
+
+    def time_ns(self) -> int:
+        """Return the fake wall-clock time, a fixed epoch plus the monotonic time."""
+        return self._epoch_ns + self._now_ns
+
+
+@dataclass
+class Capture:
+    """A looptrace on a fake clock whose spans and metrics are kept in memory."""
+
+    lt: Looptrace
+    clock: FakeClock
+    spans: InMemorySpanExporter
+    metrics: InMemoryMetricReader
+
+    def finished_spans(self) -> list[ReadableSpan]:
+        """Return the spans ended so far, in the order they ended."""
+        return list(self.spans.get_finished_spans())
+
+    def span_tree(self) -> list[dict[str, Any]]:
+        """Return the spans as plain dicts (name, path, step, parent name, start/end in s)."""
+        spans = self.finished_spans()
+        names = {s.context.span_id: s.name for s in spans if s.context is not None}
+        return [
+            {
+                "name": s.name,
+                "path": (s.attributes or {}).get("looptrace.path"),
+                "step": (s.attributes or {}).get("looptrace.step"),
+                "parent": None if s.parent is None else names.get(s.parent.span_id, "?"),
+                "start": ((s.start_time or 0) - _EPOCH_NS) / 1e9,
+                "end": ((s.end_time or 0) - _EPOCH_NS) / 1e9,
+                "status": s.status.status_code.name,
+            }
+            for s in spans
+        ]
+
+
+def capture(*, trace_every: int = 1, rank: RankInfo | None = None, **kwargs: Any) -> Capture:
+    """Configure a looptrace on a fresh fake clock and in-memory span and metric exporters."""
+    clock = FakeClock(start_s=0.0)
+    spans = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
+    reader = InMemoryMetricReader(
+        preferred_temporality={Histogram: AggregationTemporality.DELTA}
+    )
+    meter_provider = MeterProvider(metric_readers=[reader])
+    lt = configure(
+        "looptrace-test",
+        tracer_provider=tracer_provider,
+        meter_provider=meter_provider,
+        clock=clock,
+        trace_every=trace_every,
+        rank=rank or RankInfo(),
+        **kwargs,
+    )
+    return Capture(lt=lt, clock=clock, spans=spans, metrics=reader)
+
+
+def _looptrace_capture() -> Iterator[Capture]:
+    """A looptrace on a fake clock (starting at 0 s) with spans and metrics kept in memory."""
+    result = capture()
+    yield result
+    result.lt.shutdown()
+
+
+try:  # pytest is a test extra; the fake clock and `capture()` work without it
+    import pytest
+except ImportError:  # pragma: no cover - exercised only where pytest is absent
+    pass
+else:
+    looptrace_capture = pytest.fixture(name="looptrace_capture")(_looptrace_capture)
