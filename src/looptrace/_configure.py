@@ -48,6 +48,7 @@ def configure(
             step, 0: none). Every section is aggregated either way.
         rank: override the rank detected from the launcher's environment.
         max_paths: distinct section paths kept apart; later ones count under `"other"`.
+
     """
     if isinstance(trace_every, bool) or not isinstance(trace_every, int) or trace_every < 0:
         raise TimerError(f"trace_every must be an int >= 0, got {trace_every!r}")

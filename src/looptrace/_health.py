@@ -19,6 +19,7 @@ class Health:
         internal_errors: exceptions caught inside looptrace's processors and exporters.
         overflowed: measurements counted under `"other"` because of the path cap.
         dropped_spans: spans an exporter failed to deliver.
+
     """
 
     misuse: int = 0

@@ -62,14 +62,14 @@ class Looptrace:
         engine = self._engine
         with self._reset_lock:
             now = engine.now()
+            start, self._window_start = self._window_start, now
             if engine.closed:
                 self._incidents.misused("closed", "reset() after shutdown()")
-            else:
-                for state in engine.states():
-                    with state.lock:
-                        for top in state.tops:
-                            engine.cut(state, top, now)
-            start, self._window_start = self._window_start, now
+                return Snapshot({}, start_ns=0, end_ns=0, rank=self.rank.rank)
+            for state in engine.states():
+                with state.lock:
+                    for top in state.tops:
+                        engine.cut(state, top, now)
             snapshot = self._aggregator.snapshot(
                 start_ns=engine.anchor.epoch_ns(start),
                 end_ns=engine.anchor.epoch_ns(now),
@@ -87,15 +87,15 @@ class Looptrace:
         )
 
     def shutdown(self) -> None:
-        """Flush pending data and release exporters; later calls do nothing.
+        """Close a last window, flush it and the spans, and release exporters; idempotent.
 
-        Timers stay usable as counted no-ops, so a training loop that outlives its telemetry
-        keeps running.
+        Sections still running count up to now. Timers stay usable as counted no-ops, so a
+        training loop that outlives its telemetry keeps running.
         """
         engine = self._engine
         if engine.closed:
             return
-        self._call_all(self._flushers, "flush")
+        self.reset()
         engine.closed = True
         self._call_all(self._closers, "shutdown")
 

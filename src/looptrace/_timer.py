@@ -28,7 +28,7 @@ class Timer:
         self._engine = engine
         self.name = name
         self.parent = parent
-        self.path = name if parent is None else f"{parent.path}.{name}"
+        self.path: str = name if parent is None else f"{parent.path}.{name}"
         self._children: dict[str, Timer] = {}
 
     def __repr__(self) -> str:
@@ -68,8 +68,10 @@ class Timer:
                     engine.end(state, stack[0], now)
                 engine.start(state, self, now, engine.parent_for(state, self))
             else:
-                mine = stack[-1] if stack else engine.start(
-                    state, self, now, engine.parent_for(state, self)
+                mine = (
+                    stack[-1]
+                    if stack
+                    else engine.start(state, self, now, engine.parent_for(state, self))
                 )
                 engine.close_siblings(state, mine, child, now)
                 running = state.stacks.get(child)
@@ -87,9 +89,10 @@ class Timer:
         state = engine.state()
         with state.lock:
             stack = state.stacks.get(self)
+            was_running = bool(stack)
             if stack:
                 engine.end(state, stack[0], engine.now())
-        if not stack:
+        if not was_running:
             engine.incidents.misused("stopped", f"{self.path}.stop() on a stopped timer")
         engine.aggregator.maybe_fold(state.buffer)
 
@@ -124,8 +127,10 @@ class Timer:
                 interval = engine.start(state, child, now, running[-1])
             else:
                 stack = state.stacks.get(self)
-                mine = stack[-1] if stack else engine.start(
-                    state, self, now, engine.parent_for(state, self)
+                mine = (
+                    stack[-1]
+                    if stack
+                    else engine.start(state, self, now, engine.parent_for(state, self))
                 )
                 engine.close_siblings(state, mine, child, now)
                 interval = engine.start(state, child, now, mine)
@@ -172,7 +177,8 @@ class Section:
         try:
             return self._local.stack  # type: ignore[no-any-return]
         except AttributeError:
-            self._local.stack = stack = []
+            stack: list[Interval | None] = []
+            self._local.stack = stack
             return stack
 
     def start(self) -> None:

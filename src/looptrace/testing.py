@@ -62,6 +62,8 @@ class Capture:
     clock: FakeClock
     spans: InMemorySpanExporter
     metrics: InMemoryMetricReader
+    tracer_provider: TracerProvider
+    meter_provider: MeterProvider
 
     def finished_spans(self) -> list[ReadableSpan]:
         """Return the spans ended so far, in the order they ended."""
@@ -91,9 +93,7 @@ def capture(*, trace_every: int = 1, rank: RankInfo | None = None, **kwargs: Any
     spans = InMemorySpanExporter()
     tracer_provider = TracerProvider()
     tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
-    reader = InMemoryMetricReader(
-        preferred_temporality={Histogram: AggregationTemporality.DELTA}
-    )
+    reader = InMemoryMetricReader(preferred_temporality={Histogram: AggregationTemporality.DELTA})
     meter_provider = MeterProvider(metric_readers=[reader])
     lt = configure(
         "looptrace-test",
@@ -104,11 +104,18 @@ def capture(*, trace_every: int = 1, rank: RankInfo | None = None, **kwargs: Any
         rank=rank or RankInfo(),
         **kwargs,
     )
-    return Capture(lt=lt, clock=clock, spans=spans, metrics=reader)
+    return Capture(
+        lt=lt,
+        clock=clock,
+        spans=spans,
+        metrics=reader,
+        tracer_provider=tracer_provider,
+        meter_provider=meter_provider,
+    )
 
 
 def _looptrace_capture() -> Iterator[Capture]:
-    """A looptrace on a fake clock (starting at 0 s) with spans and metrics kept in memory."""
+    """Yield a looptrace on a fake clock at 0 s, spans and metrics in memory; shut it down."""
     result = capture()
     yield result
     result.lt.shutdown()

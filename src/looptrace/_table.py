@@ -1,0 +1,76 @@
+"""Renders per-path statistics as an indented tree table for a terminal."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from looptrace._snapshot import SectionStats
+
+COLUMNS = ("section", "count", "mean", "p50", "p99", "total", "% parent", "self")
+
+
+def format_seconds(seconds: float) -> str:
+    """Return a duration with a unit that keeps 3-4 significant digits (`12.3 ms`)."""
+    if math.isnan(seconds):
+        return "-"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if abs(seconds) >= scale:
+            value = seconds / scale
+            return f"{value:.3g} {unit}" if value < 100 else f"{value:.0f} {unit}"
+    return f"{seconds * 1e9:.0f} ns"
+
+
+def tree_rows(stats: Mapping[str, SectionStats]) -> list[tuple[str, ...]]:
+    """Return one row per path, each parent followed by its children, largest total first."""
+    children: dict[str, list[str]] = {}
+    for path in stats:
+        children.setdefault(_nearest_parent(stats, path), []).append(path)
+    rows: list[tuple[str, ...]] = []
+
+    def visit(parent: str, depth: int) -> None:
+        for path in sorted(children.get(parent, ()), key=lambda p: (-stats[p].total, p)):
+            entry = stats[path]
+            share = (
+                f"{100 * entry.total / stats[parent].total:.1f}"
+                if parent and stats[parent].total > 0
+                else ""
+            )
+            rows.append(
+                (
+                    "  " * depth + (path[len(parent) + 1 :] if parent else path),
+                    str(entry.count),
+                    format_seconds(entry.mean),
+                    format_seconds(entry.p50),
+                    format_seconds(entry.p99),
+                    format_seconds(entry.total),
+                    share,
+                    format_seconds(entry.self_time),
+                )
+            )
+            visit(path, depth + 1)
+
+    visit("", 0)
+    return rows
+
+
+def render_table(stats: Mapping[str, SectionStats]) -> str:
+    """Return the tree table of `stats` as aligned text, header first."""
+    rows = [COLUMNS, *tree_rows(stats)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
+    lines = []
+    for row in rows:
+        cells = [row[0].ljust(widths[0])]
+        cells += [cell.rjust(width) for cell, width in zip(row[1:], widths[1:], strict=True)]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+def _nearest_parent(stats: Mapping[str, SectionStats], path: str) -> str:
+    """Return the longest proper prefix path of `path` present in `stats` ("" if none)."""
+    head = path.rpartition(".")[0]
+    while head:
+        if head in stats:
+            return head
+        head = head.rpartition(".")[0]
+    return ""

@@ -1,0 +1,117 @@
+"""Aggregation: statistics per path, bucket counts, the path cap."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+import statistics
+
+import pytest
+
+from looptrace._aggregator import Aggregator
+from looptrace._buckets import BOUNDARIES_S
+from looptrace.testing import capture
+
+
+def _snapshot(aggregator: Aggregator) -> dict[str, dict[str, object]]:
+    return aggregator.snapshot(start_ns=0, end_ns=1, rank=0).to_dict()
+
+
+def test_statistics_of_known_durations() -> None:
+    """count, total, mean, min, max, population std and self time match the inputs exactly."""
+    aggregator = Aggregator()
+    durations_ms = [10, 20, 30, 40, 1000]
+    for ms in durations_ms:
+        aggregator.shared.append(("a", ms * 1_000_000, ms * 500_000, ms == 40))
+    stats = aggregator.snapshot(start_ns=0, end_ns=1, rank=0)["a"]
+    seconds = [ms / 1000 for ms in durations_ms]
+    assert stats.count == 5
+    assert stats.total == pytest.approx(sum(seconds))
+    assert stats.mean == pytest.approx(statistics.fmean(seconds))
+    assert stats.std == pytest.approx(statistics.pstdev(seconds))
+    assert (stats.min, stats.max, stats.errors) == (0.01, 1.0, 1)
+    assert stats.self_time == pytest.approx(sum(seconds) / 2)
+    assert stats.p50 == pytest.approx(0.03, rel=0.01)
+    # Quantiles are the value at rank floor(q * (n - 1)), as DDSketch defines them.
+    assert stats.p99 == pytest.approx(0.04, rel=0.01)
+
+
+def test_bucket_counts_follow_prometheus_le() -> None:
+    """A duration equal to a boundary lands in that boundary's bucket (value <= le)."""
+    aggregator = Aggregator()
+    for seconds in (0.00005, 0.0001, 0.0001001, 0.5, 2000.0):
+        aggregator.shared.append(("a", round(seconds * 1e9), 0, False))
+    buckets = aggregator.snapshot(start_ns=0, end_ns=1, rank=0)["a"].buckets
+    expected = [0] * (len(BOUNDARIES_S) + 1)
+    expected[0] = 2  # 50 µs and exactly 100 µs
+    expected[1] = 1  # just above 100 µs
+    expected[BOUNDARIES_S.index(0.5)] = 1
+    expected[-1] = 1  # beyond 1000 s
+    assert list(buckets) == expected
+
+
+def test_boundaries_are_log_spaced_seconds_from_100us_to_1000s() -> None:
+    """The explicit boundaries are seconds, 1-2.5-5 per decade, from 100 µs to 1000 s."""
+    assert BOUNDARIES_S[0] == 0.0001
+    assert BOUNDARIES_S[-1] == 1000.0
+    ratios = {round(b / a, 2) for a, b in itertools.pairwise(BOUNDARIES_S)}
+    assert ratios == {2.0, 2.5}
+
+
+def test_path_cap_folds_overflow_into_other_with_one_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Past max_paths, new paths count under "other", with a single warning.
+
+    Paths are admitted in the order their first measurement ends; root.t ends last.
+    """
+    cap = capture(max_paths=3, trace_every=0)
+    train = cap.lt.timer("t")
+    with caplog.at_level(logging.WARNING, logger="looptrace"):
+        for i in range(10):
+            train.record(f"step{i}")
+            cap.clock.advance(0.001)
+        train.stop()
+        snap = cap.lt.reset()
+    assert {p: s.count for p, s in snap.items()} == {
+        "root.t.step0": 1,
+        "root.t.step1": 1,
+        "root.t.step2": 1,
+        "other": 8,
+    }
+    assert len(caplog.records) == 1
+    assert "more than 3 distinct section paths" in caplog.records[0].getMessage()
+    assert cap.lt.health().overflowed == 8
+
+
+def test_empty_window_statistics_absent() -> None:
+    """An aggregator with nothing folded gives an empty snapshot."""
+    assert _snapshot(Aggregator()) == {}
+
+
+def test_buffers_fold_when_long_to_bound_memory() -> None:
+    """A thread's buffer is folded once it holds a few thousand entries, not kept to reset()."""
+    cap = capture(trace_every=0)
+    train = cap.lt.timer("t")
+    for _ in range(20_000):
+        train.record("x")
+    train.stop()
+    state = cap.lt._engine.state()
+    assert len(state.buffer) < 5_000
+    assert cap.lt.reset()["root.t.x"].count == 20_000
+
+
+def test_invalid_max_paths() -> None:
+    """max_paths below 1 is rejected with the setting named."""
+    with pytest.raises(ValueError, match="max_paths must be at least 1"):
+        Aggregator(max_paths=0)
+
+
+def test_nan_statistics_are_left_out_of_metrics() -> None:
+    """as_metrics() never emits NaN values."""
+    cap = capture()
+    cap.lt.timer("t").record()
+    cap.clock.advance(1.0)
+    flat = cap.lt.reset().as_metrics()
+    assert all(not math.isnan(v) for v in flat.values())

@@ -1,0 +1,101 @@
+"""The misuse policy (DESIGN.md §Semantics 7): bad names raise, out-of-order calls are counted."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+import looptrace
+from looptrace.testing import Capture
+
+from .conftest import counts
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("", "must not be empty"),
+        (3, "must be a str, got int 3"),
+        (None, "must be a str, got NoneType"),
+        ("a.b", r"contains '\.'"),
+    ],
+)
+def test_bad_section_names_raise_before_changing_anything(
+    cap: Capture, name: object, message: str
+) -> None:
+    """A bad section name raises TimerError naming the problem; earlier data is kept."""
+    train = cap.lt.timer("training")
+    train.record("data")
+    cap.clock.advance(1.0)
+    with pytest.raises(looptrace.TimerError, match=message):
+        if name is None:
+            train.section(name)  # type: ignore[arg-type]
+        else:
+            train.record(name)  # type: ignore[arg-type]
+    assert train.timer("data").running
+    train.stop()
+    assert counts(cap.lt.reset()) == {"root.training": 1, "root.training.data": 1}
+
+
+def test_bad_timer_name_raises(cap: Capture) -> None:
+    """lt.timer() validates its name the same way."""
+    with pytest.raises(looptrace.TimerError, match=r"contains '\.'"):
+        cap.lt.timer("training.forward")
+
+
+def test_timer_error_is_a_value_error() -> None:
+    """TimerError can be caught as ValueError."""
+    assert issubclass(looptrace.TimerError, ValueError)
+
+
+def test_stop_on_stopped_timer_is_a_counted_logged_noop(
+    cap: Capture, caplog: pytest.LogCaptureFixture
+) -> None:
+    """stop() on a stopped timer changes nothing, is counted, and is logged once."""
+    train = cap.lt.timer("training")
+    train.record()
+    cap.clock.advance(1.0)
+    train.stop()
+    with caplog.at_level(logging.WARNING, logger="looptrace"):
+        train.stop()
+        train.stop()
+    assert cap.lt.health().misuse == 2
+    assert [r.getMessage() for r in caplog.records] == [
+        "looptrace: root.training.stop() on a stopped timer (ignored; further cases are "
+        "counted, not logged)"
+    ]
+    assert counts(cap.lt.reset()) == {"root.training": 1}
+
+
+def test_use_after_shutdown_is_a_counted_noop(cap: Capture) -> None:
+    """After shutdown() timers and reset() do nothing and never raise; each call is counted.
+
+    shutdown() itself closes a last window, so what ran before it reached the metrics.
+    """
+    train = cap.lt.timer("training")
+    train.record()
+    cap.clock.advance(1.0)
+    cap.lt.shutdown()
+    cap.lt.shutdown()  # idempotent
+    assert _metric_counts(cap) == {"root.training": 1}
+    train.record("forward")
+    train.stop()
+    with train.section("eval"):
+        pass
+    assert dict(cap.lt.reset()) == {}
+    assert cap.lt.health().misuse == 4  # record, stop, section entry, reset
+
+
+def test_section_stop_more_often_than_started_is_counted(cap: Capture) -> None:
+    """Stopping a section object that is not running is a counted no-op."""
+    section = cap.lt.timer("training").section("x")
+    section.stop()
+    assert cap.lt.health().misuse == 1
+
+
+def _metric_counts(cap: Capture) -> dict[str, int]:
+    data = cap.metrics.get_metrics_data()
+    assert data is not None
+    (metric,) = data.resource_metrics[0].scope_metrics[0].metrics
+    return {p.attributes["looptrace.path"]: p.count for p in metric.data.data_points}  # type: ignore[union-attr,misc]

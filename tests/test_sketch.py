@@ -1,0 +1,50 @@
+"""The quantile sketch: bounded relative error, bounded memory."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from looptrace._sketch import RELATIVE_ACCURACY, QuantileSketch
+
+
+def _exact(values: list[int], q: float) -> float:
+    ordered = sorted(values)
+    return float(ordered[math.floor(q * (len(ordered) - 1))])
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_quantiles_within_one_percent_on_log_normal_durations(seed: int) -> None:
+    """p50/p90/p99 of 100k log-normal durations are within 1 % of the exact values."""
+    rng = random.Random(seed)
+    values = [max(1, int(rng.lognormvariate(math.log(5e6), 1.2))) for _ in range(100_000)]
+    sketch = QuantileSketch()
+    for value in values:
+        sketch.add(value)
+    for q in (0.5, 0.9, 0.99):
+        exact = _exact(values, q)
+        assert abs(sketch.quantile(q) - exact) / exact <= RELATIVE_ACCURACY
+
+
+def test_memory_is_bounded_by_range_not_count() -> None:
+    """A million values spanning 1 ns..1000 s occupy at most ~1,400 bins."""
+    sketch = QuantileSketch()
+    rng = random.Random(0)
+    for _ in range(1_000_000 // 10):
+        sketch.add(int(10 ** rng.uniform(0, 12)))
+    assert len(sketch.bins) <= 1_400
+    assert sketch.count == 100_000
+
+
+def test_empty_sketch_quantile_is_nan() -> None:
+    """An empty sketch has no quantiles."""
+    assert math.isnan(QuantileSketch().quantile(0.5))
+
+
+def test_single_value() -> None:
+    """One value is returned within the relative accuracy."""
+    sketch = QuantileSketch()
+    sketch.add(1234567)
+    assert sketch.quantile(0.99) == pytest.approx(1234567, rel=RELATIVE_ACCURACY)

@@ -1,0 +1,340 @@
+"""Lap semantics of timers and sections (DESIGN.md §Semantics 1-4 and 6)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from looptrace.testing import Capture, capture
+
+from .conftest import counts, totals
+
+
+def test_record_laps_a_running_timer(cap: Capture) -> None:
+    """record() on a running timer closes one measurement and starts the next at once."""
+    train = cap.lt.timer("training")
+    train.record()
+    cap.clock.advance(1.0)
+    train.record()
+    cap.clock.advance(2.0)
+    train.record()
+    snap = cap.lt.reset()
+    assert counts(snap) == {"root.training": 2}
+    stats = snap["root.training"]
+    assert (stats.total, stats.min, stats.max, stats.mean) == (3.0, 1.0, 2.0, 1.5)
+
+
+def test_record_name_switches_siblings(cap: Capture) -> None:
+    """record("b") ends the running sibling "a" and starts "b" at the same instant."""
+    train = cap.lt.timer("training")
+    train.record("a")
+    cap.clock.advance(0.25)
+    train.record("b")
+    cap.clock.advance(0.5)
+    train.record("a")
+    cap.clock.advance(0.125)
+    train.stop()
+    snap = cap.lt.reset()
+    assert totals(snap) == {
+        "root.training": 0.875,
+        "root.training.a": 0.375,
+        "root.training.b": 0.5,
+    }
+    assert counts(snap) == {"root.training": 1, "root.training.a": 2, "root.training.b": 1}
+
+
+def test_record_name_laps_the_running_section(cap: Capture) -> None:
+    """record("a") while "a" runs ends that interval and starts a new one."""
+    train = cap.lt.timer("training")
+    train.record("a")
+    cap.clock.advance(1.0)
+    train.record("a")
+    cap.clock.advance(3.0)
+    train.stop()
+    assert counts(cap.lt.reset()) == {"root.training": 1, "root.training.a": 2}
+
+
+def test_lap_of_parent_ends_descendants_innermost_first(cap: Capture) -> None:
+    """A parent lap ends every running descendant at the same instant, innermost first."""
+    train = cap.lt.timer("training")
+    forward = train.timer("forward")
+    train.record("forward")
+    forward.record("encoder")
+    cap.clock.advance(0.5)
+    forward.record("decoder")
+    cap.clock.advance(0.25)
+    train.record()
+    ended = [span.name for span in cap.finished_spans()]
+    assert ended == ["encoder", "decoder", "forward", "training"]
+    assert [s["end"] for s in cap.span_tree()] == [0.5, 0.75, 0.75, 0.75]
+    assert not forward.running
+    assert train.running
+
+
+def test_stop_ends_timer_and_its_sections(cap: Capture) -> None:
+    """stop() ends the running interval and every running section, starting nothing."""
+    train = cap.lt.timer("training")
+    train.record("data")
+    cap.clock.advance(2.0)
+    train.stop()
+    assert not train.running
+    assert not train.timer("data").running
+    assert totals(cap.lt.reset()) == {"root.training": 2.0, "root.training.data": 2.0}
+
+
+def test_self_time_excludes_direct_children(cap: Capture) -> None:
+    """Self time is the duration minus the time spent in direct children."""
+    train = cap.lt.timer("training")
+    train.record("forward")
+    cap.clock.advance(1.0)
+    train.timer("forward").record("encoder")
+    cap.clock.advance(2.0)
+    train.stop()
+    snap = cap.lt.reset()
+    assert {p: s.self_time for p, s in snap.items()} == {
+        "root.training": 0.0,
+        "root.training.forward": 1.0,
+        "root.training.forward.encoder": 2.0,
+    }
+
+
+def test_independent_timers_do_not_close_each_other(cap: Capture) -> None:
+    """Timers from lt.timer() are independent; root.record(name) makes them switch."""
+    train, evaluate = cap.lt.timer("training"), cap.lt.timer("eval")
+    train.record()
+    evaluate.record()
+    cap.clock.advance(1.0)
+    assert train.running and evaluate.running
+    assert not cap.lt.root.running
+    cap.lt.root.record("training")
+    cap.lt.root.record("eval")
+    assert evaluate.running
+    assert not train.running
+
+
+def test_reset_splits_running_sections(cap: Capture) -> None:
+    """reset() counts the part before the cut and keeps the section running into the next."""
+    train = cap.lt.timer("training")
+    train.record("forward")
+    cap.clock.advance(3.0)
+    first = cap.lt.reset()
+    cap.clock.advance(1.0)
+    train.stop()
+    second = cap.lt.reset()
+    assert totals(first) == {"root.training": 3.0, "root.training.forward": 3.0}
+    assert totals(second) == {"root.training": 1.0, "root.training.forward": 1.0}
+    assert counts(first) == counts(second) == {"root.training": 1, "root.training.forward": 1}
+    assert second["root.training"].self_time == 0.0
+
+
+def test_second_reset_without_activity_is_empty(cap: Capture) -> None:
+    """A reset right after another, with nothing recorded and no time passing, is empty."""
+    train = cap.lt.timer("training")
+    train.record("forward")
+    cap.clock.advance(1.0)
+    assert len(cap.lt.reset()) == 2
+    assert dict(cap.lt.reset()) == {}
+
+
+def test_reset_window_timestamps(cap: Capture) -> None:
+    """A snapshot carries the epoch-ns bounds of its window."""
+    cap.clock.advance(2.0)
+    first = cap.lt.reset()
+    cap.clock.advance(3.0)
+    second = cap.lt.reset()
+    assert second.start_ns == first.end_ns
+    assert second.end_ns - second.start_ns == 3_000_000_000
+
+
+def test_section_enters_like_record_and_exits_only_itself(cap: Capture) -> None:
+    """section() closes the running sibling, and on exit ends itself while the timer runs on."""
+    train = cap.lt.timer("training")
+    train.record("backward")
+    cap.clock.advance(1.0)
+    with train.section("optimizer"):
+        assert not train.timer("backward").running
+        cap.clock.advance(0.5)
+    assert train.running
+    assert not train.timer("optimizer").running
+    cap.clock.advance(0.25)
+    train.stop()
+    assert totals(cap.lt.reset()) == {
+        "root.training": 1.75,
+        "root.training.backward": 1.0,
+        "root.training.optimizer": 0.5,
+    }
+
+
+def test_section_exception_records_error_and_reraises(cap: Capture) -> None:
+    """An exception in section() records the duration, marks the span ERROR and re-raises."""
+    train = cap.lt.timer("training")
+    train.record()
+    with pytest.raises(RuntimeError, match="boom"), train.section("step"):
+        cap.clock.advance(0.5)
+        raise RuntimeError("boom")
+    train.record("after")
+    cap.clock.advance(0.25)
+    train.stop()
+    snap = cap.lt.reset()
+    assert (snap["root.training.step"].count, snap["root.training.step"].errors) == (1, 1)
+    assert snap["root.training.step"].total == 0.5
+    tree = cap.span_tree()
+    assert [(s["name"], s["parent"], s["status"]) for s in tree] == [
+        ("step", "training", "ERROR"),
+        ("after", "training", "UNSET"),
+        ("training", None, "UNSET"),
+    ]
+    step_span = cap.finished_spans()[0]
+    assert [e.name for e in step_span.events] == ["exception"]
+
+
+def test_section_ended_by_a_switch_inside_the_block(cap: Capture) -> None:
+    """A sibling switch inside a with-block ends the section; leaving the block is then a no-op."""
+    train = cap.lt.timer("training")
+    with train.section("a"):
+        cap.clock.advance(1.0)
+        train.record("b")
+        cap.clock.advance(2.0)
+    assert train.timer("b").running
+    train.stop()
+    assert counts(cap.lt.reset()) == {
+        "root.training": 1,
+        "root.training.a": 1,
+        "root.training.b": 1,
+    }
+    assert cap.lt.health().misuse == 0
+
+
+def test_section_start_stop_form(cap: Capture) -> None:
+    """A section object also works by explicit start() and stop()."""
+    train = cap.lt.timer("training")
+    opt = train.section("optimizer")
+    opt.start()
+    cap.clock.advance(0.5)
+    opt.stop()
+    train.stop()
+    assert totals(cap.lt.reset()) == {"root.training": 0.5, "root.training.optimizer": 0.5}
+
+
+def test_timed_decorator_default_and_explicit_names(cap: Capture) -> None:
+    """@timed() names the section after the function; @timed("x") uses x; one count per call."""
+    train = cap.lt.timer("training")
+
+    @train.timed()
+    def load_batch() -> int:
+        cap.clock.advance(0.5)
+        return 7
+
+    @train.timed("opt")
+    def step() -> None:
+        cap.clock.advance(0.25)
+
+    assert load_batch() == 7
+    step()
+    load_batch()
+    train.stop()
+    assert counts(cap.lt.reset()) == {
+        "root.training": 1,
+        "root.training.load_batch": 2,
+        "root.training.opt": 1,
+    }
+
+
+def test_recursive_decorated_function_is_measured_per_call(cap: Capture) -> None:
+    """Recursion nests intervals under one path: one count per call, self time per level."""
+    train = cap.lt.timer("training")
+
+    @train.timed("fib")
+    def countdown(n: int) -> None:
+        cap.clock.advance(1.0)
+        if n > 0:
+            countdown(n - 1)
+
+    countdown(3)
+    train.stop()
+    snap = cap.lt.reset()
+    fib = snap["root.training.fib"]
+    assert (fib.count, fib.total, fib.self_time, fib.min, fib.max) == (4, 10.0, 4.0, 1.0, 4.0)
+    parents = [(s["name"], s["parent"]) for s in cap.span_tree()]
+    assert parents == [("fib", "fib")] * 3 + [("fib", "training"), ("training", None)]
+
+
+def test_decorated_function_exception_propagates(cap: Capture) -> None:
+    """A decorated function that raises is counted as an error and the exception propagates."""
+    train = cap.lt.timer("training")
+
+    @train.timed()
+    def fails() -> None:
+        cap.clock.advance(1.0)
+        raise KeyError("missing")
+
+    with pytest.raises(KeyError):
+        fails()
+    assert cap.lt.reset()["root.training.fails"].errors == 1
+
+
+def test_threads_share_a_timer_with_exact_counts() -> None:
+    """8 threads x 10,000 sections on one shared timer give exactly 80,000 counts."""
+    cap = capture(trace_every=0)
+    train = cap.lt.timer("training")
+    barrier = threading.Barrier(8)
+
+    def work() -> None:
+        barrier.wait()
+        for _ in range(10_000):
+            train.record("forward")
+        train.stop()
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert counts(cap.lt.reset()) == {"root.training": 8, "root.training.forward": 80_000}
+
+
+def test_reset_from_another_thread_while_recording() -> None:
+    """Resets racing with a recording thread neither lose nor double-count sections."""
+    cap = capture(trace_every=0)
+    train = cap.lt.timer("training")
+    done = threading.Event()
+
+    def work() -> None:
+        for _ in range(20_000):
+            train.record("forward")
+            train.record("backward")
+        train.stop()
+        done.set()
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    seen: dict[str, int] = {}
+    while not done.is_set():
+        for path, n in counts(cap.lt.reset()).items():
+            seen[path] = seen.get(path, 0) + n
+    thread.join()
+    for path, n in counts(cap.lt.reset()).items():
+        seen[path] = seen.get(path, 0) + n
+    # The fake clock never moves, so cuts add nothing: every count is one real section end.
+    assert seen == {
+        "root.training": 1,
+        "root.training.forward": 20_000,
+        "root.training.backward": 20_000,
+    }
+
+
+def test_thread_exit_closes_its_running_sections(cap: Capture) -> None:
+    """Sections a thread leaves running end when it exits, not in later windows."""
+    train = cap.lt.timer("training")
+
+    def work() -> None:
+        train.record("forward")
+        cap.clock.advance(2.0)
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join()
+    cap.clock.advance(5.0)
+    assert totals(cap.lt.reset()) == {"root.training": 2.0, "root.training.forward": 2.0}
+    assert dict(cap.lt.reset()) == {}
