@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import textwrap
 import threading
 
 import pytest
@@ -53,3 +56,38 @@ def test_forked_child_records_and_resets_without_deadlock() -> None:
         "root.training": 2.0,
         "root.training.data": 2.0,
     }
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_service_instance_id_survives_fork() -> None:
+    """A forked child keeps the deterministic service.instance.id of its job and rank."""
+    code = """
+        import os
+        from opentelemetry import trace
+        import looptrace
+        lt = looptrace.configure()
+        before = trace.get_tracer_provider().resource.attributes["service.instance.id"]
+        pid = os.fork()
+        if pid == 0:
+            after = trace.get_tracer_provider().resource.attributes["service.instance.id"]
+            span = trace.get_tracer("t").start_span("s")
+            on_span = span.resource.attributes["service.instance.id"]
+            print("child", after == before, on_span == before, flush=True)
+            os._exit(0)
+        os.waitpid(pid, 0)
+        print("parent", before == looptrace.RankInfo.from_env().instance_id)
+    """
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+        env={
+            "PATH": "/usr/bin:/bin",
+            "SLURM_PROCID": "1",
+            "SLURM_NTASKS": "2",
+            "SLURM_JOB_ID": "42",
+        },
+    ).stdout.split("\n")
+    assert out[:2] == ["child True True", "parent True"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+import weakref
 
 from opentelemetry import metrics, trace
 from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
@@ -18,6 +18,7 @@ from looptrace._errors import TimerError
 from looptrace._health import Incidents
 from looptrace._looptrace import Looptrace
 from looptrace._metrics import HistogramRecorder
+from looptrace._outputs import Outputs
 from looptrace._processor import SCOPE, AggregatingSpanProcessor
 from looptrace._ranks import RankInfo
 
@@ -57,8 +58,7 @@ def configure(
     rank = RankInfo.from_env() if rank is None else rank
     name = service_name or os.environ.get("OTEL_SERVICE_NAME") or "looptrace"
     incidents = Incidents()
-    flushers: list[Callable[[], object]] = []
-    closers: list[Callable[[], object]] = []
+    outputs = Outputs()
 
     resource = Resource.create(
         {SERVICE_NAME: name, SERVICE_INSTANCE_ID: rank.instance_id, **rank.attributes()}
@@ -72,7 +72,8 @@ def configure(
         else None
     )
     if isinstance(meter_provider, SdkMeterProvider):
-        flushers.append(meter_provider.force_flush)
+        sdk_meter_provider = meter_provider
+        outputs.on_reset.append(lambda _snapshot: sdk_meter_provider.force_flush())
     aggregator = Aggregator(max_paths=max_paths, recorder=recorder)
 
     tracer: trace.Tracer | None = None
@@ -80,14 +81,15 @@ def configure(
         provider = tracer_provider or _global_sdk_tracer_provider()
         if provider is None:
             provider = SdkTracerProvider(resource=resource)
+            _keep_instance_id_after_fork(provider, rank.instance_id)
             trace.set_tracer_provider(provider)
         processor = AggregatingSpanProcessor(aggregator, incidents)
         if isinstance(provider, SdkTracerProvider):
             provider.add_span_processor(processor)
             # Spans are flushed at shutdown only: a flush at every reset() would block the
             # training thread on the exporters.
-            closers.append(provider.force_flush)
-        closers.append(processor.shutdown)
+            outputs.on_shutdown.append(provider.force_flush)
+        outputs.on_shutdown.append(processor.shutdown)
         tracer = provider.get_tracer(SCOPE, __version__)
 
     engine = Engine(
@@ -103,8 +105,7 @@ def configure(
         aggregator=aggregator,
         incidents=incidents,
         rank=rank,
-        flushers=flushers,
-        closers=closers,
+        outputs=outputs,
     )
 
 
@@ -116,3 +117,24 @@ def _global_sdk_tracer_provider() -> SdkTracerProvider | None:
 def _global_sdk_meter_provider() -> SdkMeterProvider | None:
     provider = metrics.get_meter_provider()
     return provider if isinstance(provider, SdkMeterProvider) else None
+
+
+def _keep_instance_id_after_fork(provider: SdkTracerProvider, instance_id: str) -> None:
+    """Re-apply looptrace's `service.instance.id` in forked children.
+
+    The SDK replaces it with a random UUID after every fork (its process-dependent resource
+    detector); a DataLoader worker must keep reporting as the job's rank that forked it.
+    Handlers run in registration order, so this one runs after the provider's own.
+    """
+    if not hasattr(os, "register_at_fork"):
+        return
+    ref = weakref.ref(provider)
+    pinned = Resource({SERVICE_INSTANCE_ID: instance_id})
+
+    def reapply() -> None:
+        target = ref()
+        update = getattr(target, "_update_resource", None)
+        if update is not None:
+            update(pinned)
+
+    os.register_at_fork(after_in_child=reapply)

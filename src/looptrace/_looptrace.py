@@ -10,6 +10,7 @@ from collections.abc import Callable
 from looptrace._aggregator import Aggregator
 from looptrace._engine import Engine
 from looptrace._health import Health, Incidents
+from looptrace._outputs import Outputs
 from looptrace._ranks import RankInfo
 from looptrace._snapshot import Snapshot
 from looptrace._timer import Timer
@@ -28,15 +29,13 @@ class Looptrace:
         aggregator: Aggregator,
         incidents: Incidents,
         rank: RankInfo,
-        flushers: list[Callable[[], object]],
-        closers: list[Callable[[], object]],
+        outputs: Outputs,
     ) -> None:
         self._engine = engine
         self._aggregator = aggregator
         self._incidents = incidents
         self.rank = rank
-        self._flushers = flushers
-        self._closers = closers
+        self._outputs = outputs
         self._reset_lock = threading.Lock()
         self._window_start = engine.now()
         self.root = Timer(engine, "root", None)
@@ -75,7 +74,11 @@ class Looptrace:
                 end_ns=engine.anchor.epoch_ns(now),
                 rank=self.rank.rank,
             )
-        self._call_all(self._flushers, "flush")
+        for sink in self._outputs.on_reset:
+            try:
+                sink(snapshot)
+            except Exception:
+                self._incidents.failed(f"reset output {sink!r}")
         return snapshot
 
     def health(self) -> Health:
@@ -97,14 +100,11 @@ class Looptrace:
             return
         self.reset()
         engine.closed = True
-        self._call_all(self._closers, "shutdown")
-
-    def _call_all(self, calls: list[Callable[[], object]], what: str) -> None:
-        for call in calls:
+        for close in self._outputs.on_shutdown:
             try:
-                call()
+                close()
             except Exception:
-                self._incidents.failed(what)
+                self._incidents.failed(f"shutdown of {close!r}")
 
     def _after_fork_in_child(self) -> None:
         self._reset_lock = threading.Lock()
