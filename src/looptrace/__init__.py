@@ -6,7 +6,7 @@ __version__ = "0.1.0"
 
 from looptrace._clock import Clock, MonotonicClock
 from looptrace._configure import configure
-from looptrace._errors import TimerError
+from looptrace._errors import ConfigError, TimerError
 from looptrace._health import Health
 from looptrace._looptrace import Looptrace
 from looptrace._processor import AggregatingSpanProcessor
@@ -17,6 +17,7 @@ from looptrace._timer import Section, Timer
 __all__ = [
     "AggregatingSpanProcessor",
     "Clock",
+    "ConfigError",
     "Health",
     "Looptrace",
     "MonotonicClock",

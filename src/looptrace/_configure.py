@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import weakref
+from collections.abc import Mapping
 
 from opentelemetry import metrics, trace
 from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
@@ -15,12 +16,15 @@ from looptrace._aggregator import Aggregator
 from looptrace._clock import Clock, MonotonicClock
 from looptrace._engine import Engine
 from looptrace._errors import TimerError
+from looptrace._exit import install_exit_flush
+from looptrace._exporters import ExportPipeline
 from looptrace._health import Incidents
 from looptrace._looptrace import Looptrace
 from looptrace._metrics import HistogramRecorder
 from looptrace._outputs import Outputs
 from looptrace._processor import SCOPE, AggregatingSpanProcessor
 from looptrace._ranks import RankInfo
+from looptrace._settings import ExportOptions, resolve
 
 
 def configure(
@@ -32,6 +36,18 @@ def configure(
     trace_every: int = 1,
     rank: RankInfo | None = None,
     max_paths: int = 1000,
+    otlp_endpoint: str | None = None,
+    otlp_protocol: str | None = None,
+    otlp_headers: Mapping[str, str] | str | None = None,
+    otlp_certificate: str | None = None,
+    otlp_client_certificate: str | None = None,
+    otlp_client_key: str | None = None,
+    otlp_insecure: bool | None = None,
+    otlp_timeout: float | None = None,
+    otlp_compression: str | None = None,
+    traces_exporter: str | None = None,
+    metrics_exporter: str | None = None,
+    prometheus: str | int | bool | None = None,
 ) -> Looptrace:
     """Set up looptrace and return the handle that makes timers and resets windows.
 
@@ -49,6 +65,27 @@ def configure(
             step, 0: none). Every section is aggregated either way.
         rank: override the rank detected from the launcher's environment.
         max_paths: distinct section paths kept apart; later ones count under `"other"`.
+        otlp_endpoint: OTLP receiver URL (`http://collector:4318`, or `:4317` with gRPC);
+            turns OTLP export of traces and metrics on.
+        otlp_protocol: `"http/protobuf"` (default) or `"grpc"`.
+        otlp_headers: headers for every export, a dict or `"key=value,..."`.
+        otlp_certificate: PEM file of the CA that signed the receiver's certificate.
+        otlp_client_certificate: PEM client certificate, for mutual TLS.
+        otlp_client_key: PEM key of the client certificate.
+        otlp_insecure: gRPC only: True for plaintext, False for TLS (default: from the
+            scheme, `http://` plaintext).
+        otlp_timeout: seconds one export may take; also the bound on `shutdown()`.
+        otlp_compression: `"gzip"`, `"deflate"` (HTTP) or `"none"`.
+        traces_exporter: `"otlp"`, `"console"`, `"none"` (as `OTEL_TRACES_EXPORTER`).
+        metrics_exporter: `"otlp"`, `"prometheus"`, `"none"` (as `OTEL_METRICS_EXPORTER`).
+        prometheus: serve `/metrics` for Prometheus at `"host:port"` or a port (host
+            127.0.0.1; the local rank is added to the port), True for the default 9464.
+
+    Each exporter argument falls back to its standard `OTEL_*` variable (see the README).
+    Environment variables turn exporters on only for the providers looptrace creates itself.
+
+    Raises:
+        ConfigError: a setting, passed or from the environment, that cannot be used.
 
     """
     if isinstance(trace_every, bool) or not isinstance(trace_every, int) or trace_every < 0:
@@ -66,6 +103,33 @@ def configure(
     disabled = os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true"
 
     meter_provider = meter_provider or _global_sdk_meter_provider()
+    options = ExportOptions(
+        otlp_endpoint=otlp_endpoint,
+        otlp_protocol=otlp_protocol,
+        otlp_headers=otlp_headers,
+        otlp_certificate=otlp_certificate,
+        otlp_client_certificate=otlp_client_certificate,
+        otlp_client_key=otlp_client_key,
+        otlp_insecure=otlp_insecure,
+        otlp_timeout=otlp_timeout,
+        otlp_compression=otlp_compression,
+        traces_exporter=traces_exporter,
+        metrics_exporter=metrics_exporter,
+        prometheus=prometheus,
+    )
+    owns_traces = tracer_provider is None and _global_sdk_tracer_provider() is None
+    settings = resolve(
+        options,
+        owns_traces=owns_traces and not disabled,
+        owns_metrics=meter_provider is None,
+        local_rank=rank.local_rank,
+    )
+    pipeline = None
+    if settings.any and not disabled:
+        pipeline = ExportPipeline(
+            settings, resource=resource, attributes=rank.span_attributes(), incidents=incidents
+        )
+        pipeline.install(outputs)
     recorder = (
         HistogramRecorder(meter_provider, rank.span_attributes(), incidents)
         if meter_provider is not None and not disabled
@@ -86,6 +150,8 @@ def configure(
         processor = AggregatingSpanProcessor(aggregator, incidents)
         if isinstance(provider, SdkTracerProvider):
             provider.add_span_processor(processor)
+            if pipeline is not None:
+                pipeline.attach(provider)
             # Spans are flushed at shutdown only: a flush at every reset() would block the
             # training thread on the exporters.
             outputs.on_shutdown.append(provider.force_flush)
@@ -100,13 +166,16 @@ def configure(
         span_attributes=rank.span_attributes(),
         incidents=incidents,
     )
-    return Looptrace(
+    lt = Looptrace(
         engine=engine,
         aggregator=aggregator,
         incidents=incidents,
         rank=rank,
         outputs=outputs,
     )
+    if pipeline is not None:
+        install_exit_flush(lt, pipeline)
+    return lt
 
 
 def _global_sdk_tracer_provider() -> SdkTracerProvider | None:

@@ -29,11 +29,12 @@ class Health:
 
 
 class Incidents:
-    """Counts misuse and internal errors, logging the first of each kind once."""
+    """Counts misuse, internal errors and undelivered spans; logs the first of each kind once."""
 
     def __init__(self) -> None:
         self.misuse = 0
         self.internal_errors = 0
+        self.dropped_spans = 0
         self._seen: set[str] = set()
         self._lock = threading.Lock()
 
@@ -45,6 +46,20 @@ class Incidents:
             self._seen.add(kind)
         if first:
             _log.warning("looptrace: %s (ignored; further cases are counted, not logged)", message)
+
+    def dropped(self, spans: int) -> None:
+        """Count spans that were not delivered (export failed, queue full); log the first."""
+        if spans <= 0:
+            return
+        with self._lock:
+            first = self.dropped_spans == 0
+            self.dropped_spans += spans
+        if first:
+            _log.warning(
+                "looptrace: %d span(s) could not be exported; training goes on and further "
+                "losses are counted in lt.health().dropped_spans, not logged",
+                spans,
+            )
 
     def failed(self, where: str) -> None:
         """Count one swallowed exception; log the first per site with its traceback.

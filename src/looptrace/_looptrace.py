@@ -82,11 +82,12 @@ class Looptrace:
         return snapshot
 
     def health(self) -> Health:
-        """Return the counts of ignored misuse, swallowed errors and overflowed paths."""
+        """Return the counts of ignored misuse, swallowed errors, overflows and lost spans."""
         return Health(
             misuse=self._incidents.misuse,
             internal_errors=self._incidents.internal_errors,
             overflowed=self._aggregator.overflowed,
+            dropped_spans=self._incidents.dropped_spans,
         )
 
     def shutdown(self) -> None:

@@ -1,0 +1,102 @@
+"""The Prometheus pull endpoint: looptrace's cumulative histograms in the text exposition format.
+
+A `prometheus_client` custom collector renders the totals of `CumulativeHistograms` at every
+scrape, with looptrace's explicit second buckets. (The SDK's Prometheus reader only serves what
+a MeterProvider aggregated itself; looptrace's histograms are aggregated already.)
+
+============================================  =================================================
+``looptrace_section_duration_seconds``        histogram (`_bucket`, `_count`, `_sum`) with the
+                                              labels ``looptrace_path``, ``span_name``,
+                                              ``looptrace_rank``, ``looptrace_world_size``
+``looptrace_spans_dropped_total``             counter with ``looptrace_rank``,
+                                              ``looptrace_world_size``
+============================================  =================================================
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
+
+from looptrace._buckets import BOUNDARIES_S
+from looptrace._cumulative import DROPPED_DESCRIPTION, DURATION_DESCRIPTION, CumulativeHistograms
+from looptrace._engine import PATH
+from looptrace._errors import ConfigError
+from looptrace._metrics import SPAN_NAME
+from looptrace._ranks import RANK, WORLD_SIZE
+from looptrace._settings import PrometheusSettings
+
+_log = logging.getLogger("looptrace")
+
+DURATION_FAMILY = "looptrace_section_duration_seconds"
+DROPPED_FAMILY = "looptrace_spans_dropped"
+_LE = (*(floatToGoString(b) for b in BOUNDARIES_S), "+Inf")  # type: ignore[no-untyped-call]
+
+
+def label(attribute: str) -> str:
+    """Return the Prometheus label of an attribute (`looptrace.path` -> `looptrace_path`)."""
+    return attribute.replace(".", "_")
+
+
+class SnapshotCollector(Collector):
+    """Serves the cumulative section histograms and the dropped-span counter at each scrape."""
+
+    def __init__(self, histograms: CumulativeHistograms) -> None:
+        self._histograms = histograms
+
+    def collect(self) -> Iterator[Metric]:
+        """Yield the two metric families with the current totals."""
+        histograms = self._histograms
+        rank = [str(histograms.attributes[RANK]), str(histograms.attributes[WORLD_SIZE])]
+        duration = HistogramMetricFamily(
+            DURATION_FAMILY,
+            DURATION_DESCRIPTION,
+            labels=[label(PATH), label(SPAN_NAME), label(RANK), label(WORLD_SIZE)],
+            unit="seconds",
+        )
+        for path, series in sorted(histograms.series().items()):
+            running = 0
+            buckets: list[tuple[str, float]] = []
+            for le, count in zip(_LE, series.buckets, strict=True):
+                running += count
+                buckets.append((le, running))
+            duration.add_metric([path, path.rsplit(".", 1)[-1], *rank], buckets, series.sum)
+        yield duration
+        dropped = CounterMetricFamily(
+            DROPPED_FAMILY, DROPPED_DESCRIPTION, labels=[label(RANK), label(WORLD_SIZE)]
+        )
+        dropped.add_metric(rank, histograms.dropped_spans())
+        yield dropped
+
+
+class PrometheusEndpoint:
+    """An HTTP server on its own daemon thread answering Prometheus scrapes."""
+
+    def __init__(self, settings: PrometheusSettings, histograms: CumulativeHistograms) -> None:
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(SnapshotCollector(histograms))
+        try:
+            server, thread = start_http_server(settings.port, addr=settings.host, registry=registry)
+        except OSError as error:
+            raise ConfigError(
+                f"{settings.source}: cannot listen on {settings.host}:{settings.port}: "
+                f"{error.strerror or error}"
+            ) from None
+        self._server: WSGIServer = server
+        self._thread: threading.Thread = thread
+        self.host = settings.host
+        self.port: int = server.server_port
+        _log.info("looptrace: Prometheus endpoint on http://%s:%d/metrics", self.host, self.port)
+
+    def close(self) -> None:
+        """Stop serving and release the port."""
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=1.0)
