@@ -29,6 +29,8 @@ PROGRAM = """
         pid = os.fork()
     if pid == 0:
         train.record("worker"); clock.advance(0.5); train.stop()
+        loader = lt.timer("loader")  # a new outermost lap: the child's own trace
+        loader.record(); clock.advance(0.25); loader.stop()
         snapshot = lt.reset()
         lt.shutdown()
         print(json.dumps({p: [s.count, s.total] for p, s in snapshot.items()}), flush=True)
@@ -60,14 +62,17 @@ def test_forked_child_with_exporters_records_and_resets(protocol: str) -> None:
         assert rx.wait_for_metrics(lambda m: "root.train" in m["looptrace.section.duration"])
     child, parent, status = result.stdout.splitlines()
     assert json.loads(child) == {
+        "root.loader": [1, 0.25],
         "root.train": [1, 0.5],
         "root.train.data": [1, 0.0],
         "root.train.worker": [1, 0.5],
     }
     assert json.loads(parent) == {"root.train": [1, 2.0], "root.train.data": [1, 2.0]}
     assert status == "0 0"
+    # The parent's spans, and the child's own lap, exported by the child.
     assert sorted((s["name"], round((s["end"] - s["start"]) / 1e9, 9)) for s in rx.spans) == [
         ("data", 2.0),
+        ("loader", 0.25),
         ("train", 2.0),
     ]
     pushed = rx.latest_metrics()["looptrace.section.duration"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -164,6 +165,28 @@ def test_headers_and_compression_reach_the_receiver(receiver: OtlpReceiver) -> N
     }
 
 
+def test_console_exporter_prints_the_spans(capfd: pytest.CaptureFixture[str]) -> None:
+    """traces_exporter="console" writes each span as JSON to standard output."""
+    clock = FakeClock()
+    lt = looptrace.configure(
+        tracer_provider=TracerProvider(), clock=clock, traces_exporter="console"
+    )
+    run_steps(lt, clock, 1)
+    lt.shutdown()
+    out, names = capfd.readouterr().out, []
+    decoder, position = json.JSONDecoder(), 0
+    while out[position:].strip():
+        span, position = decoder.raw_decode(out, position)
+        names.append(span["name"])
+        position += len(out[position:]) - len(out[position:].lstrip())
+    assert names == [
+        "data",
+        "forward",
+        "train",
+        "train",
+    ]
+
+
 ENV_PROGRAM = """
     import looptrace
     from looptrace.testing import FakeClock
@@ -229,6 +252,13 @@ def test_variables_leave_the_applications_pipelines_alone(
     metrics = rx.latest_metrics()["looptrace.section.duration"] if rx.metric_requests else {}
     data = metrics.get("root.train.data", {}).get("count")
     assert {"spans": len(rx.spans), "data sections in metrics": data} == exported
+
+
+def test_sdk_disabled_exports_nothing() -> None:
+    """OTEL_SDK_DISABLED=true turns every exporter off, even with an endpoint configured."""
+    with OtlpReceiver("http/protobuf") as rx:
+        out = _run(ENV_PROGRAM, OTEL_SDK_DISABLED="true", OTEL_EXPORTER_OTLP_ENDPOINT=rx.endpoint)
+    assert (out, rx.spans, rx.metric_requests) == ("0", [], [])
 
 
 def _run(code: str, **env: str) -> str:

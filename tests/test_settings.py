@@ -11,11 +11,11 @@ from opentelemetry.sdk.trace import TracerProvider
 
 import looptrace
 from looptrace._environment import ENVIRONMENT
+from looptrace._otlp_settings import OtlpSettings
 from looptrace._settings import (
     BatchSettings,
     ExportOptions,
     ExportSettings,
-    OtlpSettings,
     PrometheusSettings,
     resolve,
 )
@@ -312,6 +312,27 @@ def test_bad_settings_raise_at_configure_naming_the_setting(
     with pytest.raises(looptrace.ConfigError, match=message) as error:
         looptrace.configure(tracer_provider=TracerProvider(), **options)
     assert isinstance(error.value, ValueError)
+
+
+@pytest.mark.parametrize(
+    ("environ", "message"),
+    [
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http//collector"}, "OTEL_EXPORTER_OTLP_ENDPOINT: malf"),
+        ({"OTEL_TRACES_EXPORTER": "jaeger"}, "OTEL_TRACES_EXPORTER: unknown exporter 'jaeger'"),
+        (
+            {"OTEL_METRICS_EXPORTER": "prometheus", "OTEL_EXPORTER_PROMETHEUS_PORT": "70000"},
+            "OTEL_EXPORTER_PROMETHEUS_PORT: expected host:port with a port 0-65535, got '70000'",
+        ),
+        (
+            {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:1", "OTEL_EXPORTER_OTLP_CERTIFICATE": "/no"},
+            "OTEL_EXPORTER_OTLP_CERTIFICATE: no such file: '/no'",
+        ),
+    ],
+)
+def test_bad_variables_of_looptraces_own_pipelines(environ: dict[str, str], message: str) -> None:
+    """For the pipelines looptrace owns, a bad variable is a ConfigError naming it."""
+    with pytest.raises(looptrace.ConfigError, match=message):
+        own(environ)
 
 
 def test_header_values_stay_out_of_errors_and_reprs() -> None:

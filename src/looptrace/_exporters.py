@@ -135,20 +135,21 @@ class ExportPipeline:
         if self._closed:
             return
         self._closed = True
-        if self._forked:
-            return
         limit = self.settings.timeout_s
         deadline = time.monotonic() + limit
-        ticket = self.pusher.request() if self.pusher is not None else 0
+        # A forked child shares the parent's endpoint and pushes nothing: it only has spans.
+        pusher = None if self._forked else self.pusher
+        prometheus = None if self._forked else self.prometheus
+        ticket = pusher.request() if pusher is not None else 0
 
         def close_all() -> None:
-            if self.prometheus is not None:
-                self.prometheus.close()
+            if prometheus is not None:
+                prometheus.close()
             if self.processor is not None:
                 self.processor.shutdown()
-            if self.pusher is not None:
-                self.pusher.wait(ticket, max(0.0, deadline - time.monotonic()))
-                self.pusher.close()
+            if pusher is not None:
+                pusher.wait(ticket, max(0.0, deadline - time.monotonic()))
+                pusher.close()
 
         finished = bounded(close_all, limit, self.incidents, "export shutdown")
         if not finished and self.processor is not None:

@@ -38,6 +38,10 @@ class Incidents:
         self._seen: set[str] = set()
         self._lock = threading.Lock()
 
+    def after_fork_in_child(self) -> None:
+        """Use a fresh lock in a forked child (another thread may have held this one)."""
+        self._lock = threading.Lock()
+
     def misused(self, kind: str, message: str) -> None:
         """Count one ignored call; log the first of each kind as a warning."""
         with self._lock:

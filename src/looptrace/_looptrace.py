@@ -109,6 +109,7 @@ class Looptrace:
 
     def _after_fork_in_child(self) -> None:
         self._reset_lock = threading.Lock()
+        self._incidents.after_fork_in_child()
         self._aggregator.clear()
         self._engine.after_fork_in_child()
         self._window_start = self._engine.now()

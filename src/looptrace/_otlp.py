@@ -24,7 +24,7 @@ from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult,
 from opentelemetry.sdk.trace.export import SpanExporter
 
 from looptrace._health import Incidents
-from looptrace._settings import OtlpSettings
+from looptrace._otlp_settings import OtlpSettings
 
 
 def span_exporter(settings: OtlpSettings) -> SpanExporter:

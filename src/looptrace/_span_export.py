@@ -56,6 +56,12 @@ class CountingSpanExporter(SpanExporter):
         """Flush the wrapped exporter."""
         return self.inner.force_flush(timeout_millis)
 
+    def after_fork_in_child(self) -> None:
+        """Start counting afresh, with a fresh lock, in a forked child."""
+        self._lock = threading.Lock()
+        self.delivered = self.failed = 0
+        self.settled = False
+
     def settle(self, accepted: int) -> int:
         """Count spans accepted for export but neither delivered nor failed; stop counting."""
         with self._lock:
@@ -135,10 +141,10 @@ class ExportingSpanProcessor(BatchSpanProcessor):
         self.counting.settle(self.accepted)
 
     def after_fork_in_child(self) -> None:
-        """Forget the parent's counts, with a fresh lock; the SDK empties the child's queue."""
+        """Forget the parent's counts, with fresh locks; the SDK empties the child's queue."""
         self._lock = threading.Lock()
         self.accepted = 0
-        self.counting.delivered = self.counting.failed = 0
+        self.counting.after_fork_in_child()
 
 
 def bounded(work: Callable[[], object], timeout_s: float, incidents: Incidents, what: str) -> bool:
