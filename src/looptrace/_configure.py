@@ -77,6 +77,7 @@ def configure(
     aggregator = Aggregator(max_paths=max_paths, recorder=recorder)
 
     tracer: trace.Tracer | None = None
+    processor: AggregatingSpanProcessor | None = None
     if not disabled:
         provider = tracer_provider or _global_sdk_tracer_provider()
         if provider is None:
@@ -106,6 +107,7 @@ def configure(
         incidents=incidents,
         rank=rank,
         outputs=outputs,
+        processor=processor,
     )
 
 

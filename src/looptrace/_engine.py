@@ -10,7 +10,7 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Status, StatusCode
 
-from looptrace._aggregator import Aggregator, Entry
+from looptrace._aggregator import FOLD_AT, Aggregator
 from looptrace._clock import Clock, EpochAnchor
 from looptrace._health import Incidents
 
@@ -21,6 +21,26 @@ PATH = "looptrace.path"
 STEP = "looptrace.step"
 
 
+class NodeState:
+    """One timer in one thread: its running intervals, laps, and measurements not yet merged."""
+
+    __slots__ = ("durations", "errors", "laps", "path", "self_ns", "stack")
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.stack: list[Interval] = []
+        self.laps = 0
+        self.durations: list[int] = []
+        self.self_ns = 0
+        self.errors = 0
+
+    def detach(self) -> tuple[str, list[int], int, int]:
+        """Hand over the pending measurements as one batch and start collecting anew."""
+        batch = (self.path, self.durations, self.self_ns, self.errors)
+        self.durations, self.self_ns, self.errors = [], 0, 0
+        return batch
+
+
 class Interval:
     """One running measurement of a timer in one thread.
 
@@ -28,12 +48,19 @@ class Interval:
     moves `seg_start` to the cut and zeroes `seg_child`, the children's time in that part.
     """
 
-    __slots__ = ("children", "node", "parent", "seg_child", "seg_start", "span", "step")
+    __slots__ = ("children", "node", "parent", "seg_child", "seg_start", "span", "state", "step")
 
-    def __init__(
-        self, node: Timer, parent: Interval | None, now: int, step: int, span: trace.Span | None
+    def __init__(  # noqa: PLR0917 - positional: one is made per section, on the hot path
+        self,
+        node: Timer,
+        state: NodeState,
+        parent: Interval | None,
+        now: int,
+        step: int,
+        span: trace.Span | None,
     ) -> None:
         self.node = node
+        self.state = state
         self.parent = parent
         self.children: list[Interval] = []
         self.seg_start = now
@@ -43,16 +70,27 @@ class Interval:
 
 
 class ThreadState:
-    """The running intervals of one thread; its lock is only contended by `reset()`."""
+    """The timers of one thread; only `reset()` and thread exit contend for its lock."""
 
-    __slots__ = ("buffer", "laps", "lock", "stacks", "tops")
+    __slots__ = ("full", "lock", "nodes", "tops")
 
-    def __init__(self, buffer: list[Entry]) -> None:
+    def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.buffer = buffer
-        self.stacks: dict[Timer, list[Interval]] = {}
+        self.nodes: dict[Timer, NodeState] = {}
         self.tops: list[Interval] = []
-        self.laps: dict[Timer, int] = {}
+        self.full = False  # some node holds FOLD_AT measurements: merge after the call
+
+    def node(self, timer: Timer) -> NodeState:
+        """Return the state of `timer` in this thread, creating it on first use."""
+        state = self.nodes.get(timer)
+        if state is None:
+            state = self.nodes[timer] = NodeState(timer.path)
+        return state
+
+    def detach_all(self) -> list[tuple[str, list[int], int, int]]:
+        """Hand over every pending batch; the caller holds `lock`."""
+        self.full = False
+        return [node.detach() for node in self.nodes.values() if node.durations]
 
 
 class _Holder:
@@ -65,7 +103,10 @@ class _Holder:
 
 
 class Engine:
-    """Shared machinery of one `Looptrace`: clock, aggregation, tracing and thread states."""
+    """Shared machinery of one `Looptrace`: clock, tracing, and every thread's timers.
+
+    Lock order: the aggregator's lock before any thread state's lock.
+    """
 
     def __init__(
         self,
@@ -85,7 +126,7 @@ class Engine:
         self.span_attributes = span_attributes
         self.incidents = incidents
         self.closed = False
-        self._local = threading.local()
+        self.local = threading.local()
         self._states: dict[int, ThreadState] = {}
         self._states_lock = threading.Lock()
 
@@ -94,42 +135,68 @@ class Engine:
     def state(self) -> ThreadState:
         """Return the calling thread's state, creating it on first use."""
         try:
-            return self._local.holder.state  # type: ignore[no-any-return]
+            return self.local.state  # type: ignore[no-any-return]
         except AttributeError:
             pass
-        state = ThreadState(self.aggregator.new_buffer())
+        state = ThreadState()
         holder = _Holder(state)
         finalizer = weakref.finalize(holder, self._thread_exited, state)
         finalizer.atexit = False
         with self._states_lock:
             self._states[id(state)] = state
-        self._local.holder = holder
+        self.local.holder = holder
+        self.local.state = state
         return state
 
-    def states(self) -> list[ThreadState]:
-        """Return every live thread's state."""
+    def merge_pending(self, state: ThreadState) -> None:
+        """Merge a thread's pending measurements into the window (bounds memory)."""
+        aggregator = self.aggregator
+        with aggregator.lock:
+            with state.lock:
+                batches = state.detach_all()
+            for batch in batches:
+                aggregator.merge(*batch)
+
+    def close_window(self, now: int) -> None:
+        """Cut every running interval at `now` and merge everything measured before it.
+
+        The caller holds the aggregator's lock, so no measurement after the cut can reach
+        this window.
+        """
         with self._states_lock:
-            return list(self._states.values())
+            states = list(self._states.values())
+        aggregator = self.aggregator
+        for state in states:
+            with state.lock:
+                for top in state.tops:
+                    self.cut(top, now)
+                batches = state.detach_all()
+            for batch in batches:
+                aggregator.merge(*batch)
 
     def _thread_exited(self, state: ThreadState) -> None:
         """Close what a finished thread left running, so it is not carried into later windows."""
-        with state.lock:
-            now = self.now()
-            for top in reversed(state.tops):
-                self.end(state, top, now)
+        aggregator = self.aggregator
+        with aggregator.lock:
+            with state.lock:
+                now = self.now()
+                for top in reversed(state.tops):
+                    self.end(state, top, now)
+                batches = state.detach_all()
+            for batch in batches:
+                aggregator.merge(*batch)
         with self._states_lock:
             self._states.pop(id(state), None)
-        self.aggregator.release_buffer(state.buffer)
 
     def after_fork_in_child(self) -> None:
         """Keep only the forking thread's state, with fresh locks and nothing counted yet."""
-        current = getattr(self._local, "holder", None)
+        state: ThreadState | None = getattr(self.local, "state", None)
         self._states_lock = threading.Lock()
         self._states = {}
-        if current is None:
+        if state is None:
             return
-        state: ThreadState = current.state
         state.lock = threading.Lock()
+        state.detach_all()
         self._states[id(state)] = state
         now = self.now()
         pending = list(state.tops)
@@ -143,37 +210,33 @@ class Engine:
     def parent_for(self, state: ThreadState, node: Timer) -> Interval | None:
         """Return the innermost running interval of the nearest running ancestor of `node`."""
         ancestor = node.parent
+        nodes = state.nodes
         while ancestor is not None:
-            stack = state.stacks.get(ancestor)
-            if stack:
-                return stack[-1]
+            found = nodes.get(ancestor)
+            if found is not None and found.stack:
+                return found.stack[-1]
             ancestor = ancestor.parent
         return None
 
     def start(self, state: ThreadState, node: Timer, now: int, parent: Interval | None) -> Interval:
         """Start an interval of `node` at `now`, nested in `parent` (None: a new outermost lap)."""
+        node_state = state.nodes.get(node) or state.node(node)
         span: trace.Span | None = None
         if parent is None:
-            step = state.laps.get(node, 0)
-            state.laps[node] = step + 1
+            step = node_state.laps
+            node_state.laps = step + 1
             if self.tracer is not None and self.trace_every and step % self.trace_every == 0:
                 span = self._start_span(node, Context(), now, step)
+            interval = Interval(node, node_state, None, now, step, span)
+            state.tops.append(interval)
         else:
             step = parent.step
             if parent.span is not None:
-                span = self._start_span(
-                    node, trace.set_span_in_context(parent.span, Context()), now, step
-                )
-        interval = Interval(node, parent, now, step, span)
-        if parent is None:
-            state.tops.append(interval)
-        else:
+                context = trace.set_span_in_context(parent.span, Context())
+                span = self._start_span(node, context, now, step)
+            interval = Interval(node, node_state, parent, now, step, span)
             parent.children.append(interval)
-        stack = state.stacks.get(node)
-        if stack is None:
-            state.stacks[node] = [interval]
-        else:
-            stack.append(interval)
+        node_state.stack.append(interval)
         return interval
 
     def end(
@@ -184,22 +247,65 @@ class Engine:
         while children:
             self.end(state, children[-1], now)
         duration = now - interval.seg_start
-        node = interval.node
-        state.buffer.append((node.path, duration, duration - interval.seg_child, error is not None))
+        node_state = interval.state
+        node_state.durations.append(duration)
+        node_state.self_ns += duration - interval.seg_child
+        if error is not None:
+            node_state.errors += 1
+        if len(node_state.durations) >= FOLD_AT:
+            state.full = True
         parent = interval.parent
         if parent is None:
             state.tops.remove(interval)
         else:
             parent.children.remove(interval)
             parent.seg_child += duration
-        stack = state.stacks[node]
+        stack = node_state.stack
         if stack[-1] is interval:
             stack.pop()
         else:
             stack.remove(interval)
-        span = interval.span
-        if span is not None:
-            self._end_span(span, now, error)
+        if interval.span is not None:
+            self._end_span(interval.span, now, error)
+
+    def switch(self, state: ThreadState, current: Interval, child: Timer, now: int) -> bool:
+        """Do `record(child)` in place when `current` runs exactly one untraced leaf section.
+
+        The common step of a loop (`data` -> `forward` -> `backward`) ends that section and
+        reuses its interval object for `child`, with no allocation and no list surgery; the
+        result is the same as `end()` followed by `start()`. Returns False, changing nothing,
+        when the general path is needed.
+        """
+        children = current.children
+        if len(children) != 1 or current.span is not None:
+            return False
+        sibling = children[0]
+        if sibling.children:
+            return False
+        ended = sibling.state
+        if sibling.node is child:
+            target = ended
+        else:
+            found = state.nodes.get(child)
+            if found is None or found.stack:
+                return False
+            target = found
+        stack = ended.stack
+        if stack[-1] is not sibling:
+            return False
+        duration = now - sibling.seg_start
+        ended.durations.append(duration)
+        ended.self_ns += duration - sibling.seg_child
+        if len(ended.durations) >= FOLD_AT:
+            state.full = True
+        current.seg_child += duration
+        stack.pop()
+        sibling.node = child
+        sibling.state = target
+        sibling.seg_start = now
+        sibling.seg_child = 0
+        target.stack.append(sibling)
+        return True
 
     def close_siblings(self, state: ThreadState, mine: Interval, keep: Timer, now: int) -> None:
         """End the running children of `mine` other than those of timer `keep`."""
@@ -208,15 +314,15 @@ class Engine:
             if sibling.node is not keep:
                 self.end(state, sibling, now)
 
-    def cut(self, state: ThreadState, interval: Interval, now: int) -> None:
+    def cut(self, interval: Interval, now: int) -> None:
         """Count the part of a running interval before `now`; the rest goes to the next window."""
         for child in interval.children:
-            self.cut(state, child, now)
+            self.cut(child, now)
         duration = now - interval.seg_start
         if duration > 0:
-            state.buffer.append(
-                (interval.node.path, duration, duration - interval.seg_child, False)
-            )
+            node_state = interval.state
+            node_state.durations.append(duration)
+            node_state.self_ns += duration - interval.seg_child
             if interval.parent is not None:
                 interval.parent.seg_child += duration
         interval.seg_start = now

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import ParamSpec, TypeVar
 
-from looptrace._engine import Engine, Interval
+from looptrace._engine import Engine, Interval, ThreadState
 from looptrace._errors import TimerError
 
 P = ParamSpec("P")
@@ -45,7 +45,8 @@ class Timer:
     @property
     def running(self) -> bool:
         """Whether this timer has a running interval in the calling thread."""
-        return bool(self._engine.state().stacks.get(self))
+        mine = self._engine.state().nodes.get(self)
+        return mine is not None and bool(mine.stack)
 
     def record(self, name: str | None = None) -> None:
         """Lap this timer, or switch it to section `name`.
@@ -54,31 +55,36 @@ class Timer:
         instant, or starts one on a stopped timer. `record(name)` starts this timer if needed,
         ends the running sibling sections, and starts `name` (lapping it if it was running).
         """
-        child = None if name is None else self.timer(name)
+        child = None if name is None else self._children.get(name) or self.timer(name)
         engine = self._engine
         if engine.closed:
             engine.incidents.misused("closed", f"{self.path}.record() after shutdown()")
             return
-        state = engine.state()
+        try:
+            state: ThreadState = engine.local.state
+        except AttributeError:
+            state = engine.state()
         with state.lock:
             now = engine.now()
-            stack = state.stacks.get(self)
+            mine = state.nodes.get(self)
+            stack = None if mine is None else mine.stack
             if child is None:
                 if stack:
                     engine.end(state, stack[0], now)
                 engine.start(state, self, now, engine.parent_for(state, self))
-            else:
-                mine = (
+            elif not (stack and engine.switch(state, stack[-1], child, now)):
+                current = (
                     stack[-1]
                     if stack
                     else engine.start(state, self, now, engine.parent_for(state, self))
                 )
-                engine.close_siblings(state, mine, child, now)
-                running = state.stacks.get(child)
-                if running:
-                    engine.end(state, running[0], now)
-                engine.start(state, child, now, mine)
-        engine.aggregator.maybe_fold(state.buffer)
+                engine.close_siblings(state, current, child, now)
+                running = state.nodes.get(child)
+                if running is not None and running.stack:
+                    engine.end(state, running.stack[0], now)
+                engine.start(state, child, now, current)
+        if state.full:
+            engine.merge_pending(state)
 
     def stop(self) -> None:
         """End the running interval (and its sections) without starting a new one."""
@@ -88,13 +94,14 @@ class Timer:
             return
         state = engine.state()
         with state.lock:
-            stack = state.stacks.get(self)
-            was_running = bool(stack)
-            if stack:
-                engine.end(state, stack[0], engine.now())
+            mine = state.nodes.get(self)
+            was_running = mine is not None and bool(mine.stack)
+            if mine is not None and mine.stack:
+                engine.end(state, mine.stack[0], engine.now())
         if not was_running:
             engine.incidents.misused("stopped", f"{self.path}.stop() on a stopped timer")
-        engine.aggregator.maybe_fold(state.buffer)
+        if state.full:
+            engine.merge_pending(state)
 
     def section(self, name: str) -> Section:
         """Return section `name` of this timer: a context manager, decorator, or start/stop pair.
@@ -119,33 +126,39 @@ class Timer:
         if engine.closed:
             engine.incidents.misused("closed", f"{child.path} entered after shutdown()")
             return None
-        state = engine.state()
+        try:
+            state: ThreadState = engine.local.state
+        except AttributeError:
+            state = engine.state()
         with state.lock:
             now = engine.now()
-            running = state.stacks.get(child)
-            if running:
-                interval = engine.start(state, child, now, running[-1])
-            else:
-                stack = state.stacks.get(self)
-                mine = (
-                    stack[-1]
-                    if stack
-                    else engine.start(state, self, now, engine.parent_for(state, self))
-                )
-                engine.close_siblings(state, mine, child, now)
-                interval = engine.start(state, child, now, mine)
-        return interval
+            running = state.nodes.get(child)
+            if running is not None and running.stack:
+                return engine.start(state, child, now, running.stack[-1])
+            mine = state.nodes.get(self)
+            current = (
+                mine.stack[-1]
+                if mine is not None and mine.stack
+                else engine.start(state, self, now, engine.parent_for(state, self))
+            )
+            engine.close_siblings(state, current, child, now)
+            return engine.start(state, child, now, current)
 
     def _exit(self, interval: Interval | None, error: BaseException | None) -> None:
         if interval is None:
             return
         engine = self._engine
-        state = engine.state()
+        try:
+            state: ThreadState = engine.local.state
+        except AttributeError:
+            state = engine.state()
         with state.lock:
             # A lap or sibling switch inside the block may have ended it already.
-            if interval in state.stacks.get(interval.node, ()):
+            stack = interval.state.stack
+            if (stack and stack[-1] is interval) or interval in stack:
                 engine.end(state, interval, engine.now(), error)
-        engine.aggregator.maybe_fold(state.buffer)
+        if state.full:
+            engine.merge_pending(state)
 
     @staticmethod
     def _check_name(name: object) -> None:
@@ -196,7 +209,11 @@ class Section:
         self._owner._exit(stack.pop(), None)
 
     def __enter__(self) -> Section:
-        self.start()
+        try:
+            stack: list[Interval | None] = self._local.stack
+        except AttributeError:
+            stack = self._stack()
+        stack.append(self._owner._enter(self.timer))
         return self
 
     def __exit__(
@@ -205,7 +222,7 @@ class Section:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        self._owner._exit(self._stack().pop(), exc)
+        self._owner._exit(self._local.stack.pop(), exc)
 
     def __call__(self, func: Callable[P, R]) -> Callable[P, R]:
         """Wrap `func` so that every call is one entry of this section."""
