@@ -46,9 +46,21 @@ class Interval:
 
     `seg_start` and `seg_child` describe the part inside the current reset window: `reset()`
     moves `seg_start` to the cut and zeroes `seg_child`, the children's time in that part.
+    A section entry keeps its interval as a token to end on exit, so `held` intervals are
+    never recycled by `Engine.switch`.
     """
 
-    __slots__ = ("children", "node", "parent", "seg_child", "seg_start", "span", "state", "step")
+    __slots__ = (
+        "children",
+        "held",
+        "node",
+        "parent",
+        "seg_child",
+        "seg_start",
+        "span",
+        "state",
+        "step",
+    )
 
     def __init__(  # noqa: PLR0917 - positional: one is made per section, on the hot path
         self,
@@ -67,6 +79,7 @@ class Interval:
         self.seg_child = 0
         self.step = step
         self.span = span
+        self.held = False  # a section entry holds this object: never reuse it in place
 
 
 class ThreadState:
@@ -280,7 +293,7 @@ class Engine:
         if len(children) != 1 or current.span is not None:
             return False
         sibling = children[0]
-        if sibling.children:
+        if sibling.children or sibling.held:
             return False
         ended = sibling.state
         if sibling.node is child:

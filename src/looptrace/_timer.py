@@ -134,15 +134,18 @@ class Timer:
             now = engine.now()
             running = state.nodes.get(child)
             if running is not None and running.stack:
-                return engine.start(state, child, now, running.stack[-1])
-            mine = state.nodes.get(self)
-            current = (
-                mine.stack[-1]
-                if mine is not None and mine.stack
-                else engine.start(state, self, now, engine.parent_for(state, self))
-            )
-            engine.close_siblings(state, current, child, now)
-            return engine.start(state, child, now, current)
+                interval = engine.start(state, child, now, running.stack[-1])
+            else:
+                mine = state.nodes.get(self)
+                current = (
+                    mine.stack[-1]
+                    if mine is not None and mine.stack
+                    else engine.start(state, self, now, engine.parent_for(state, self))
+                )
+                engine.close_siblings(state, current, child, now)
+                interval = engine.start(state, child, now, current)
+            interval.held = True
+            return interval
 
     def _exit(self, interval: Interval | None, error: BaseException | None) -> None:
         if interval is None:
