@@ -11,6 +11,7 @@ from looptrace._health import Health
 from looptrace._looptrace import Looptrace
 from looptrace._processor import AggregatingSpanProcessor
 from looptrace._ranks import RankInfo
+from looptrace._sampling import LapSampler
 from looptrace._snapshot import SectionStats, Snapshot
 from looptrace._timer import Section, Timer
 
@@ -18,6 +19,7 @@ __all__ = [
     "AggregatingSpanProcessor",
     "Clock",
     "Health",
+    "LapSampler",
     "Looptrace",
     "MonotonicClock",
     "RankInfo",

@@ -21,6 +21,7 @@ from looptrace._metrics import HistogramRecorder
 from looptrace._outputs import Outputs
 from looptrace._processor import SCOPE, AggregatingSpanProcessor
 from looptrace._ranks import RankInfo
+from looptrace._sampling import LapSampler
 
 
 def configure(
@@ -29,7 +30,8 @@ def configure(
     tracer_provider: trace.TracerProvider | None = None,
     meter_provider: metrics.MeterProvider | None = None,
     clock: Clock | None = None,
-    trace_every: int = 1,
+    trace_every: int | None = None,
+    trace_first: int | None = None,
     rank: RankInfo | None = None,
     max_paths: int = 1000,
 ) -> Looptrace:
@@ -45,14 +47,16 @@ def configure(
             defaults to the global provider when that is an SDK one.
         clock: the time source (default: `time.perf_counter_ns` with one `time_ns` anchor);
             tests pass `looptrace.testing.FakeClock()`.
-        trace_every: trace the outermost laps whose index is a multiple of this (1: every
-            step, 0: none). Every section is aggregated either way.
+        trace_every: trace the outermost laps (steps) whose index is a multiple of this;
+            1 traces every step, 0 none. Every section is aggregated either way.
+        trace_first: also trace the first this many steps. Without either argument the
+            policy comes from `OTEL_TRACES_SAMPLER`, else the first 10 steps and every 100th
+            (see `LapSampler`); `trace_every` alone means exactly that (`trace_first=0`).
         rank: override the rank detected from the launcher's environment.
         max_paths: distinct section paths kept apart; later ones count under `"other"`.
 
     """
-    if isinstance(trace_every, bool) or not isinstance(trace_every, int) or trace_every < 0:
-        raise TimerError(f"trace_every must be an int >= 0, got {trace_every!r}")
+    sampler = LapSampler.resolve(trace_every, trace_first)
     if max_paths < 1:
         raise TimerError(f"max_paths must be at least 1, got {max_paths!r}")
     rank = RankInfo.from_env() if rank is None else rank
@@ -97,7 +101,7 @@ def configure(
         clock=clock or MonotonicClock(),
         aggregator=aggregator,
         tracer=tracer,
-        trace_every=trace_every,
+        sampler=sampler,
         span_attributes=rank.span_attributes(),
         incidents=incidents,
     )

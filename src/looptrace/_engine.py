@@ -13,6 +13,7 @@ from opentelemetry.trace import Status, StatusCode
 from looptrace._aggregator import FOLD_AT, Aggregator
 from looptrace._clock import Clock, EpochAnchor
 from looptrace._health import Incidents
+from looptrace._sampling import LapSampler
 
 if TYPE_CHECKING:
     from looptrace._timer import Timer
@@ -127,7 +128,7 @@ class Engine:
         clock: Clock,
         aggregator: Aggregator,
         tracer: trace.Tracer | None,
-        trace_every: int,
+        sampler: LapSampler,
         span_attributes: dict[str, int],
         incidents: Incidents,
     ) -> None:
@@ -135,7 +136,7 @@ class Engine:
         self.anchor = EpochAnchor(clock)
         self.aggregator = aggregator
         self.tracer = tracer
-        self.trace_every = trace_every
+        self.sampler = sampler
         self.span_attributes = span_attributes
         self.incidents = incidents
         self.closed = False
@@ -238,7 +239,7 @@ class Engine:
         if parent is None:
             step = node_state.laps
             node_state.laps = step + 1
-            if self.tracer is not None and self.trace_every and step % self.trace_every == 0:
+            if self.tracer is not None and self.sampler(step):
                 span = self._start_span(node, Context(), now, step)
             interval = Interval(node, node_state, None, now, step, span)
             state.tops.append(interval)

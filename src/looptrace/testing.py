@@ -88,7 +88,10 @@ class Capture:
 
 
 def capture(*, trace_every: int = 1, rank: RankInfo | None = None, **kwargs: Any) -> Capture:
-    """Configure a looptrace on a fresh fake clock and in-memory span and metric exporters."""
+    """Configure a looptrace on a fresh fake clock and in-memory span and metric exporters.
+
+    Every step is traced unless `trace_every` says otherwise.
+    """
     clock = FakeClock(start_s=0.0)
     spans = InMemorySpanExporter()
     tracer_provider = TracerProvider()
