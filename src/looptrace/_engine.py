@@ -53,6 +53,7 @@ class Interval:
 
     __slots__ = (
         "children",
+        "context",
         "held",
         "node",
         "parent",
@@ -81,6 +82,7 @@ class Interval:
         self.step = step
         self.span = span
         self.held = False  # a section entry holds this object: never reuse it in place
+        self.context: Context | None = None  # `span` as a parent, made on first use
 
 
 class ThreadState:
@@ -140,6 +142,7 @@ class Engine:
         self.span_attributes = span_attributes
         self.incidents = incidents
         self.closed = False
+        self._attributes: dict[Timer, dict[str, str | int]] = {}
         self.local = threading.local()
         self._states: dict[int, ThreadState] = {}
         self._states_lock = threading.Lock()
@@ -216,7 +219,8 @@ class Engine:
         pending = list(state.tops)
         while pending:
             interval = pending.pop()
-            interval.seg_start, interval.seg_child, interval.span = now, 0, None
+            interval.seg_start, interval.seg_child = now, 0
+            interval.span = interval.context = None
             pending.extend(interval.children)
 
     # -- intervals -----------------------------------------------------------------------
@@ -246,7 +250,9 @@ class Engine:
         else:
             step = parent.step
             if parent.span is not None:
-                context = trace.set_span_in_context(parent.span, Context())
+                context = parent.context
+                if context is None:
+                    context = parent.context = trace.set_span_in_context(parent.span, Context())
                 span = self._start_span(node, context, now, step)
             interval = Interval(node, node_state, parent, now, step, span)
             parent.children.append(interval)
@@ -346,11 +352,13 @@ class Engine:
 
     def _start_span(self, node: Timer, context: Context, now: int, step: int) -> trace.Span:
         assert self.tracer is not None
-        attributes: dict[str, str | int] = {PATH: node.path, STEP: step, **self.span_attributes}
+        base = self._attributes.get(node)
+        if base is None:
+            base = self._attributes[node] = {PATH: node.path, **self.span_attributes}
         return self.tracer.start_span(
             node.name,
             context=context,
-            attributes=attributes,
+            attributes={**base, STEP: step},
             start_time=self.anchor.epoch_ns(now),
             record_exception=False,
             set_status_on_exception=False,
