@@ -28,13 +28,11 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from otlp_sink import OtlpSink  # beside this script, which is on sys.path when run
 
 import looptrace
 from looptrace._aggregator import Aggregator
 from looptrace._health import Incidents
-
-sys.path.insert(0, str(Path(__file__).parent))
-from otlp_sink import OtlpSink
 
 NAMES = ("data", "forward", "backward", "optimizer") * 5  # 20 sections per step
 PER_STEP = len(NAMES) + 1

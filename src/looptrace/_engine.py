@@ -25,11 +25,12 @@ STEP = "looptrace.step"
 class NodeState:
     """One timer in one thread: its running intervals, laps, and measurements not yet merged."""
 
-    __slots__ = ("durations", "errors", "laps", "path", "self_ns", "stack")
+    __slots__ = ("durations", "errors", "held", "laps", "path", "self_ns", "stack")
 
     def __init__(self, path: str) -> None:
         self.path = path
         self.stack: list[Interval] = []
+        self.held: list[Interval] = []  # entries of `with section:` / `start()`, to end on exit
         self.laps = 0
         self.durations: list[int] = []
         self.self_ns = 0
@@ -287,6 +288,41 @@ class Engine:
             stack.remove(interval)
         if interval.span is not None:
             self._end_span(interval.span, now, error)
+
+    def lap(self, state: ThreadState, interval: Interval, now: int) -> None:
+        """End `interval` and start the next one of its timer at the same instant.
+
+        When neither the ended nor the next interval is traced or held by a section entry,
+        the object is reused in place: the result equals `end()` then `start()`.
+        """
+        node = interval.node
+        parent = self.parent_for(state, node)
+        node_state = interval.state
+        in_place = not interval.held and interval.span is None and parent is interval.parent
+        if in_place:
+            if parent is None:
+                in_place = self.tracer is None or not self.sampler(node_state.laps)
+            else:
+                in_place = parent.span is None
+        if not in_place:
+            self.end(state, interval, now)
+            self.start(state, node, now, parent)
+            return
+        children = interval.children
+        while children:
+            self.end(state, children[-1], now)
+        duration = now - interval.seg_start
+        node_state.durations.append(duration)
+        node_state.self_ns += duration - interval.seg_child
+        if len(node_state.durations) >= FOLD_AT:
+            state.full = True
+        if parent is None:
+            interval.step = node_state.laps
+            node_state.laps += 1
+        else:
+            parent.seg_child += duration
+        interval.seg_start = now
+        interval.seg_child = 0
 
     def switch(self, state: ThreadState, current: Interval, child: Timer, now: int) -> bool:
         """Do `record(child)` in place when `current` runs exactly one untraced leaf section.

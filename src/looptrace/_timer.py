@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import threading
 from collections.abc import Callable
 from types import TracebackType
 from typing import ParamSpec, TypeVar
@@ -22,7 +21,7 @@ class Timer:
     recursively; the object itself holds only its name and children.
     """
 
-    __slots__ = ("__weakref__", "_children", "_engine", "name", "parent", "path")
+    __slots__ = ("__weakref__", "_children", "_engine", "_section", "name", "parent", "path")
 
     def __init__(self, engine: Engine, name: str, parent: Timer | None) -> None:
         self._engine = engine
@@ -30,6 +29,7 @@ class Timer:
         self.parent = parent
         self.path: str = name if parent is None else f"{parent.path}.{name}"
         self._children: dict[str, Timer] = {}
+        self._section: Section | None = None
 
     def __repr__(self) -> str:
         return f"Timer({self.path!r})"
@@ -64,14 +64,17 @@ class Timer:
             state: ThreadState = engine.local.state
         except AttributeError:
             state = engine.state()
-        with state.lock:
+        lock = state.lock
+        lock.acquire()  # not `with`: this is the hot path, and half the cost
+        try:
             now = engine.now()
             mine = state.nodes.get(self)
             stack = None if mine is None else mine.stack
             if child is None:
                 if stack:
-                    engine.end(state, stack[0], now)
-                engine.start(state, self, now, engine.parent_for(state, self))
+                    engine.lap(state, stack[0], now)
+                else:
+                    engine.start(state, self, now, engine.parent_for(state, self))
             elif not (stack and engine.switch(state, stack[-1], child, now)):
                 current = (
                     stack[-1]
@@ -83,6 +86,8 @@ class Timer:
                 if running is not None and running.stack:
                     engine.end(state, running.stack[0], now)
                 engine.start(state, child, now, current)
+        finally:
+            lock.release()
         if state.full:
             engine.merge_pending(state)
 
@@ -110,7 +115,11 @@ class Timer:
         in this thread (recursion) nests a new interval instead of lapping it. Leaving it ends
         that interval only; this timer keeps running.
         """
-        return Section(self, self.timer(name))
+        child = self._children.get(name) or self.timer(name)
+        section = child._section
+        if section is None:
+            section = child._section = Section(self, child)
+        return section
 
     def timed(self, name: str | None = None) -> Callable[[Callable[P, R]], Callable[P, R]]:
         """Decorate a function so each call is a section (default name: the function's)."""
@@ -121,7 +130,8 @@ class Timer:
 
         return decorate
 
-    def _enter(self, child: Timer) -> Interval | None:
+    def _enter(self, child: Timer, *, hold: bool) -> Interval | None:
+        """Enter section `child`; with `hold`, push it on the thread's entries of `child`."""
         engine = self._engine
         if engine.closed:
             engine.incidents.misused("closed", f"{child.path} entered after shutdown()")
@@ -130,7 +140,9 @@ class Timer:
             state: ThreadState = engine.local.state
         except AttributeError:
             state = engine.state()
-        with state.lock:
+        lock = state.lock
+        lock.acquire()  # not `with`: this is the hot path, and half the cost
+        try:
             now = engine.now()
             running = state.nodes.get(child)
             if running is not None and running.stack:
@@ -145,21 +157,36 @@ class Timer:
                 engine.close_siblings(state, current, child, now)
                 interval = engine.start(state, child, now, current)
             interval.held = True
+            if hold:
+                interval.state.held.append(interval)
             return interval
+        finally:
+            lock.release()
 
-    def _exit(self, interval: Interval | None, error: BaseException | None) -> None:
-        if interval is None:
-            return
+    def _exit(self, child: Timer, interval: Interval | None, error: BaseException | None) -> None:
+        """Leave an entry of section `child`: `interval`, or (None) the thread's latest held one."""
         engine = self._engine
         try:
             state: ThreadState = engine.local.state
         except AttributeError:
             state = engine.state()
-        with state.lock:
+        lock = state.lock
+        lock.acquire()  # not `with`: this is the hot path, and half the cost
+        try:
+            if interval is None:
+                node = state.nodes.get(child)
+                interval = node.held.pop() if node is not None and node.held else None
             # A lap or sibling switch inside the block may have ended it already.
-            stack = interval.state.stack
-            if (stack and stack[-1] is interval) or interval in stack:
-                engine.end(state, interval, engine.now(), error)
+            if interval is not None and not engine.closed:
+                stack = interval.state.stack
+                if (stack and stack[-1] is interval) or interval in stack:
+                    engine.end(state, interval, engine.now(), error)
+        finally:
+            lock.release()
+        if interval is None and not engine.closed:
+            engine.incidents.misused(
+                "stopped", f"section {child.path!r} stopped more often than started"
+            )
         if state.full:
             engine.merge_pending(state)
 
@@ -176,47 +203,30 @@ class Timer:
 class Section:
     """One section of a timer, usable as `with`, as `@decorator`, or by `start()`/`stop()`.
 
-    Per-entry state is kept per thread on a stack, so one object serves threads and recursion.
+    The object holds no per-entry state: entries are kept per thread by the engine, so one
+    object serves every thread and recursion. `timer.section(name)` returns the same object
+    on every call.
     """
 
-    __slots__ = ("_local", "_owner", "timer")
+    __slots__ = ("_owner", "timer")
 
     def __init__(self, owner: Timer, timer: Timer) -> None:
         self._owner = owner
         self.timer = timer
-        self._local = threading.local()
 
     def __repr__(self) -> str:
         return f"Section({self.timer.path!r})"
 
-    def _stack(self) -> list[Interval | None]:
-        try:
-            return self._local.stack  # type: ignore[no-any-return]
-        except AttributeError:
-            stack: list[Interval | None] = []
-            self._local.stack = stack
-            return stack
-
     def start(self) -> None:
         """Enter the section (like `record(name)` on its timer)."""
-        self._stack().append(self._owner._enter(self.timer))
+        self._owner._enter(self.timer, hold=True)
 
     def stop(self) -> None:
         """Leave the section entered last by this thread."""
-        stack = self._stack()
-        if not stack:
-            self.timer._engine.incidents.misused(
-                "stopped", f"section {self.timer.path!r} stopped more often than started"
-            )
-            return
-        self._owner._exit(stack.pop(), None)
+        self._owner._exit(self.timer, None, None)
 
     def __enter__(self) -> Section:
-        try:
-            stack: list[Interval | None] = self._local.stack
-        except AttributeError:
-            stack = self._stack()
-        stack.append(self._owner._enter(self.timer))
+        self._owner._enter(self.timer, hold=True)
         return self
 
     def __exit__(
@@ -225,7 +235,7 @@ class Section:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        self._owner._exit(self._local.stack.pop(), exc)
+        self._owner._exit(self.timer, None, exc)
 
     def __call__(self, func: Callable[P, R]) -> Callable[P, R]:
         """Wrap `func` so that every call is one entry of this section."""
@@ -233,13 +243,15 @@ class Section:
 
         @functools.wraps(func)
         def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-            interval = owner._enter(timer)
+            interval = owner._enter(timer, hold=False)
             try:
                 result = func(*args, **kwargs)
             except BaseException as error:
-                owner._exit(interval, error)
+                if interval is not None:
+                    owner._exit(timer, interval, error)
                 raise
-            owner._exit(interval, None)
+            if interval is not None:
+                owner._exit(timer, interval, None)
             return result
 
         return wrapper
