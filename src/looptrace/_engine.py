@@ -13,6 +13,7 @@ from opentelemetry.trace import Status, StatusCode
 from looptrace._aggregator import FOLD_AT, Aggregator
 from looptrace._clock import Clock, EpochAnchor
 from looptrace._health import Incidents
+from looptrace._ids import StepTraces
 from looptrace._sampling import LapSampler
 
 if TYPE_CHECKING:
@@ -132,6 +133,7 @@ class Engine:
         aggregator: Aggregator,
         tracer: trace.Tracer | None,
         sampler: LapSampler,
+        step_traces: StepTraces | None = None,
         span_attributes: dict[str, int],
         incidents: Incidents,
     ) -> None:
@@ -140,6 +142,7 @@ class Engine:
         self.aggregator = aggregator
         self.tracer = tracer
         self.sampler = sampler
+        self.step_traces = step_traces
         self.span_attributes = span_attributes
         self.incidents = incidents
         self.closed = False
@@ -245,7 +248,12 @@ class Engine:
             step = node_state.laps
             node_state.laps = step + 1
             if self.tracer is not None and self.sampler(step):
-                span = self._start_span(node, Context(), now, step)
+                if self.step_traces is None:
+                    span = self._start_span(node, Context(), now, step)
+                else:
+                    lap_context = self.step_traces.context_for(node.path, step)
+                    span = self._start_span(node, lap_context, now, step)
+                    self.step_traces.done()
             interval = Interval(node, node_state, None, now, step, span)
             state.tops.append(interval)
         else:

@@ -22,6 +22,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from looptrace._configure import configure
+from looptrace._ids import StepIdGenerator
 from looptrace._looptrace import Looptrace
 from looptrace._ranks import RankInfo
 
@@ -94,7 +95,7 @@ def capture(*, trace_every: int = 1, rank: RankInfo | None = None, **kwargs: Any
     """
     clock = FakeClock(start_s=0.0)
     spans = InMemorySpanExporter()
-    tracer_provider = TracerProvider()
+    tracer_provider = TracerProvider(id_generator=StepIdGenerator())
     tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
     reader = InMemoryMetricReader(preferred_temporality={Histogram: AggregationTemporality.DELTA})
     meter_provider = MeterProvider(metric_readers=[reader])
