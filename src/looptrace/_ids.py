@@ -58,7 +58,7 @@ class StepIdGenerator(RandomIdGenerator):
         return ids[1]
 
     def is_trace_id_random(self) -> bool:
-        """A pinned trace id is a hash, not random (the W3C random-trace-id flag)."""
+        """Return False for a pinned trace id: a hash, not random (W3C random-trace-id flag)."""
         return getattr(self._pinned, "ids", None) is None
 
 
