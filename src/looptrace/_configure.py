@@ -14,6 +14,7 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
 from looptrace import __version__
 from looptrace._aggregator import Aggregator
 from looptrace._clock import Clock, MonotonicClock
+from looptrace._device import CudaEventClock, DeviceClock, SyncedClock
 from looptrace._engine import Engine
 from looptrace._errors import TimerError
 from looptrace._health import Incidents
@@ -37,6 +38,8 @@ def configure(
     rank: RankInfo | None = None,
     run_id: str | None = None,
     max_paths: int = 1000,
+    device_clock: DeviceClock | None = None,
+    device_sync: bool = False,
 ) -> Looptrace:
     """Set up looptrace and return the handle that makes timers and resets windows.
 
@@ -61,6 +64,11 @@ def configure(
             `TORCHELASTIC_RUN_ID`, Slurm's `SLURM_JOB_ID.SLURM_STEP_ID`, Open MPI's job id).
             Without any, every lap gets random ids.
         max_paths: distinct section paths kept apart; later ones count under `"other"`.
+        device_clock: the events device timers use (default: CUDA events through torch,
+            made when the first device timer starts); tests pass
+            `looptrace.testing.FakeDeviceClock()`.
+        device_sync: wait for the device at every timer call and time everything on the
+            host clock: host-aligned numbers, at the cost of a synchronize per boundary.
 
     """
     sampler = LapSampler.resolve(trace_every, trace_first)
@@ -109,15 +117,21 @@ def configure(
         tracer = provider.get_tracer(SCOPE, __version__)
         step_traces = _step_traces(provider, rank, run_id)
 
+    host_clock = clock or MonotonicClock()
+    if device_sync:
+        host_clock = SyncedClock(host_clock, device_clock or _cuda_clock("device_sync=True"))
     engine = Engine(
-        clock=clock or MonotonicClock(),
+        clock=host_clock,
         aggregator=aggregator,
         tracer=tracer,
         sampler=sampler,
         step_traces=step_traces,
         span_attributes=rank.span_attributes(),
         incidents=incidents,
+        device_clock=None if device_sync else device_clock,
     )
+    if device_sync:
+        engine.device.disable()  # every boundary is already host-aligned
     return Looptrace(
         engine=engine,
         aggregator=aggregator,
@@ -126,6 +140,13 @@ def configure(
         outputs=outputs,
         processor=processor,
     )
+
+
+def _cuda_clock(setting: str) -> CudaEventClock:
+    try:
+        return CudaEventClock()
+    except Exception as error:
+        raise TimerError(f"{setting} needs a CUDA device: {error}") from None
 
 
 def _step_traces(
