@@ -22,7 +22,7 @@ LOOP = """
 
     {before}
     clock = FakeClock()
-    lt = looptrace.configure(clock=clock, otlp_endpoint=sys.argv[1])
+    lt = looptrace.configure(clock=clock, otlp_endpoint=sys.argv[1], trace_every=1)
     train = lt.timer("train")
     for step in range(30):
         train.record("data"); clock.advance(0.01); train.record()

@@ -53,7 +53,11 @@ DOWN_PROGRAM = """
 
     clock = FakeClock()
     lt = looptrace.configure(
-        clock=clock, otlp_endpoint=sys.argv[1], otlp_protocol=sys.argv[2], otlp_timeout=1.0
+        clock=clock,
+        otlp_endpoint=sys.argv[1],
+        otlp_protocol=sys.argv[2],
+        otlp_timeout=1.0,
+        trace_every=1,
     )
     train = lt.timer("train")
     sections = 0
@@ -103,6 +107,7 @@ def test_collector_restart_mid_run_delivers_what_comes_after(
     clock = FakeClock()
     lt = looptrace.configure(
         tracer_provider=TracerProvider(),
+        trace_every=1,
         clock=clock,
         otlp_endpoint=receiver.endpoint,
         otlp_protocol=protocol,
@@ -135,9 +140,10 @@ def test_stalled_collector_costs_the_training_thread_little(protocol: str) -> No
     """A collector that never answers: per-section cost <= 1.5x no exporter; bounded shutdown."""
     stalled = StalledServer()
     try:
-        base = looptrace.configure(tracer_provider=TracerProvider())
+        base = looptrace.configure(tracer_provider=TracerProvider(), trace_every=1)
         stuck = looptrace.configure(
             tracer_provider=TracerProvider(),
+            trace_every=1,
             otlp_endpoint=stalled.endpoint,
             otlp_protocol=protocol,
             otlp_timeout=1.0,
@@ -191,6 +197,7 @@ def test_grpc_over_tls_with_a_self_signed_certificate(tls: Tls, tls_receiver: Ot
     clock = FakeClock()
     lt = looptrace.configure(
         tracer_provider=TracerProvider(),
+        trace_every=1,
         clock=clock,
         otlp_endpoint=tls_receiver.endpoint,
         otlp_protocol="grpc",
@@ -211,6 +218,7 @@ def test_plaintext_to_a_tls_receiver_fails_cleanly(
     clock = FakeClock()
     lt = looptrace.configure(
         tracer_provider=TracerProvider(),
+        trace_every=1,
         clock=clock,
         otlp_endpoint=f"http://127.0.0.1:{tls_receiver.port}",
         otlp_protocol="grpc",
@@ -236,6 +244,7 @@ def test_header_values_are_never_logged(
         clock = FakeClock()
         lt = looptrace.configure(
             tracer_provider=TracerProvider(),
+            trace_every=1,
             clock=clock,
             otlp_endpoint=rx.endpoint,
             otlp_protocol=protocol,
@@ -257,6 +266,7 @@ def test_certificate_file_is_checked_at_configure(tmp_path: Path) -> None:
     with pytest.raises(looptrace.ConfigError, match="otlp_certificate: no such file"):
         looptrace.configure(
             tracer_provider=TracerProvider(),
+            trace_every=1,
             otlp_endpoint="https://127.0.0.1:4317",
             otlp_protocol="grpc",
             otlp_certificate=str(tmp_path / "missing.pem"),

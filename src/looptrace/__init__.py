@@ -8,9 +8,11 @@ from looptrace._clock import Clock, MonotonicClock
 from looptrace._configure import configure
 from looptrace._errors import ConfigError, TimerError
 from looptrace._health import Health
+from looptrace._ids import StepIdGenerator
 from looptrace._looptrace import Looptrace
 from looptrace._processor import AggregatingSpanProcessor
 from looptrace._ranks import RankInfo
+from looptrace._sampling import LapSampler
 from looptrace._snapshot import SectionStats, Snapshot
 from looptrace._timer import Section, Timer
 
@@ -19,12 +21,14 @@ __all__ = [
     "Clock",
     "ConfigError",
     "Health",
+    "LapSampler",
     "Looptrace",
     "MonotonicClock",
     "RankInfo",
     "Section",
     "SectionStats",
     "Snapshot",
+    "StepIdGenerator",
     "Timer",
     "TimerError",
     "__version__",

@@ -27,9 +27,9 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from looptrace import __version__
+from looptrace._attributes import PATH, SPAN_NAME
 from looptrace._buckets import BOUNDARIES_S
-from looptrace._engine import PATH
-from looptrace._metrics import DURATION_METRIC, SPAN_NAME
+from looptrace._metrics import DURATION_METRIC
 from looptrace._snapshot import Snapshot
 
 DROPPED_METRIC = "looptrace.spans.dropped"

@@ -42,7 +42,7 @@ def run_demo(steps: int = 300, seed: int = 0, reset_every: int = 100) -> DemoRes
     """
     clock = FakeClock()
     work = _Work(clock, random.Random(seed))
-    lt = configure("looptrace-demo", clock=clock, rank=RankInfo())
+    lt = configure("looptrace-demo", clock=clock, rank=RankInfo(), trace_every=1)
     train = lt.timer("training")
     forward = train.timer("forward")
     snapshot = lt.reset()

@@ -25,11 +25,10 @@ from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, M
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from looptrace._attributes import PATH, SPAN_NAME
 from looptrace._buckets import BOUNDARIES_S
 from looptrace._cumulative import DROPPED_DESCRIPTION, DURATION_DESCRIPTION, CumulativeHistograms
-from looptrace._engine import PATH
 from looptrace._errors import ConfigError
-from looptrace._metrics import SPAN_NAME
 from looptrace._ranks import RANK, WORLD_SIZE
 from looptrace._settings import PrometheusSettings
 
