@@ -249,7 +249,7 @@ class Engine:
             if parent is None:
                 in_place = self.tracer is None or not self.sampler(node_state.laps)
             else:
-                in_place = parent.span is None
+                in_place = self._child_context(parent) is None
         if not in_place:
             self.end(state, interval, now)
             self.start(state, node, now, parent)
@@ -281,7 +281,7 @@ class Engine:
         when the general path is needed.
         """
         children = current.children
-        if len(children) != 1 or current.span is not None:
+        if len(children) != 1 or current.span is not None or current.device is not None:
             return False
         sibling = children[0]
         if sibling.children or sibling.held or sibling.device is not None or child.device:
@@ -348,16 +348,20 @@ class Engine:
 
     # -- spans ---------------------------------------------------------------------------
 
-    def _start_span(self, node: Timer, context: Context, now: int, step: int) -> trace.Span:
+    def _start_span(self, node: Timer, context: Context, now: int, step: int) -> trace.Span | None:
         assert self.tracer is not None
-        return self.tracer.start_span(
-            node.name,
-            context=context,
-            attributes={**self._span_base(node), STEP: step},
-            start_time=self.anchor.epoch_ns(now),
-            record_exception=False,
-            set_status_on_exception=False,
-        )
+        try:
+            return self.tracer.start_span(
+                node.name,
+                context=context,
+                attributes={**self._span_base(node), STEP: step},
+                start_time=self.anchor.epoch_ns(now),
+                record_exception=False,
+                set_status_on_exception=False,
+            )
+        except Exception:  # a failing processor must not break the loop: time it untraced
+            self.incidents.failed("span start")
+            return None
 
     def _span_base(self, node: Timer) -> dict[str, str | int]:
         base = self._attributes.get(node)
@@ -367,7 +371,10 @@ class Engine:
 
     def _end_span(self, span: trace.Span, now: int, error: BaseException | None) -> None:
         end_ns = self.anchor.epoch_ns(now)
-        if error is not None:
-            span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
-            span.record_exception(error, timestamp=end_ns)
-        span.end(end_time=end_ns)
+        try:
+            if error is not None:
+                span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
+                span.record_exception(error, timestamp=end_ns)
+            span.end(end_time=end_ns)
+        except Exception:
+            self.incidents.failed("span end")
