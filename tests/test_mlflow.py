@@ -60,58 +60,81 @@ def _attrs(span: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
-def test_step_traces_arrive_in_mlflow_with_their_structure(mlflow: Mlflow) -> None:
-    """Each step is one trace in the experiment: root lap, nested sections, paths and ranks."""
+def _parent(span: dict[str, Any], by_id: dict[str, Any]) -> tuple[str, int] | None:
+    """Return the (name, rank) of a span's parent within its trace."""
+    found = by_id.get(span.get("parent_span_id", ""))
+    return None if found is None else (found["name"], _attrs(found)["looptrace.rank"])
+
+
+def test_step_traces_of_two_ranks_arrive_in_mlflow_with_their_structure(mlflow: Mlflow) -> None:
+    """Each step is one trace holding both ranks: rank 0's lap is the root, rank 1's under it."""
     experiment = mlflow.create_experiment("looptrace-steps")
-    result = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(PROGRAM)],
-        capture_output=True,
-        check=False,
-        text=True,
-        timeout=120,
-        env={
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"{mlflow.url}/v1/traces",
-            "OTEL_EXPORTER_OTLP_TRACES_HEADERS": f"x-mlflow-experiment-id={experiment}",
-            "RANK": "1",
-            "WORLD_SIZE": "2",
-            "TORCHELASTIC_RUN_ID": "job-7",
-        },
-    )
-    assert (result.returncode, result.stdout.strip()) == (0, "0"), result.stderr[-3000:]
+    ranks = [
+        subprocess.Popen(
+            [sys.executable, "-c", textwrap.dedent(PROGRAM)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={
+                "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"{mlflow.url}/v1/traces",
+                "OTEL_EXPORTER_OTLP_TRACES_HEADERS": f"x-mlflow-experiment-id={experiment}",
+                "RANK": str(rank),
+                "WORLD_SIZE": "2",
+                "TORCHELASTIC_RUN_ID": "job-7",
+            },
+        )
+        for rank in range(2)
+    ]
+    for process in ranks:
+        out, err = process.communicate(timeout=120)
+        assert (process.returncode, out.strip()) == (0, "0"), err[-3000:]
+
     # The exporter says nothing about what the server did with the spans: ask the server.
-    assert wait_until(lambda: len(mlflow.traces(experiment)) == 3, timeout=30, interval=0.5)
+    def complete() -> bool:
+        traces = mlflow.traces(experiment)
+        return len(traces) == 3 and sum(len(t["spans"]) for t in traces) == 2 * (2 * 6 + 1)
+
+    assert wait_until(complete, timeout=30, interval=0.5)
     structures = []
     for trace in mlflow.traces(experiment):
         spans = trace["spans"]
         assert {s["trace_id"] for s in spans} == {spans[0]["trace_id"]}
         assert trace["trace_info"]["trace_id"] == f"tr-{_hex(spans[0]['trace_id'])}"
-        names = {s["span_id"]: s["name"] for s in spans}
+        by_id = {s["span_id"]: s for s in spans}
         structures.append(
             sorted(
                 (
                     _attrs(s)["looptrace.step"],
-                    s["name"],
-                    names.get(s.get("parent_span_id", "")),
-                    _attrs(s)["looptrace.path"],
                     _attrs(s)["looptrace.rank"],
+                    s["name"],
+                    _parent(s, by_id),
+                    _attrs(s)["looptrace.path"],
                     _attrs(s)["looptrace.world_size"],
                     round((int(s["end_time_unix_nano"]) - int(s["start_time_unix_nano"])) / 1e9, 6),
                 )
                 for s in spans
             )
         )
-    assert sorted(structures) == sorted(
-        [
-            [
-                (step, "backward", "train", "root.train.backward", 1, 2, 0.4),
-                (step, "data", "train", "root.train.data", 1, 2, 0.1),
-                (step, "decoder", "forward", "root.train.forward.decoder", 1, 2, 0.3),
-                (step, "encoder", "forward", "root.train.forward.encoder", 1, 2, 0.2),
-                (step, "forward", "train", "root.train.forward", 1, 2, 0.5),
-                (step, "train", None, "root.train", 1, 2, 1.0),
+
+    def step(n: int) -> list[tuple[Any, ...]]:
+        rows = []
+        for rank in range(2):
+            lap_parent = None if rank == 0 else ("train", 0)
+            rows += [
+                (n, rank, "backward", ("train", rank), "root.train.backward", 2, 0.4),
+                (n, rank, "data", ("train", rank), "root.train.data", 2, 0.1),
+                (n, rank, "decoder", ("forward", rank), "root.train.forward.decoder", 2, 0.3),
+                (n, rank, "encoder", ("forward", rank), "root.train.forward.encoder", 2, 0.2),
+                (n, rank, "forward", ("train", rank), "root.train.forward", 2, 0.5),
+                (n, rank, "train", lap_parent, "root.train", 2, 1.0),
             ]
-            for step in range(2)
+        return sorted(rows)
+
+    last_lap = sorted(
+        [
+            (2, 0, "train", None, "root.train", 2, 0.0),
+            (2, 1, "train", ("train", 0), "root.train", 2, 0.0),
         ]
-        + [[(2, "train", None, "root.train", 1, 2, 0.0)]]
     )
+    assert sorted(structures) == sorted([step(0), step(1), last_lap])
