@@ -45,10 +45,10 @@ DOWN_PROGRAM = """
     import looptrace
     from looptrace.testing import FakeClock
 
-    def rss_mb():
+    def peak_rss_mb():  # the high-water mark: immune to how full the queue is when sampled
         with open("/proc/self/status") as status:
             for line in status:
-                if line.startswith("VmRSS:"):
+                if line.startswith("VmHWM:"):
                     return int(line.split()[1]) / 1024
 
     clock = FakeClock()
@@ -61,26 +61,26 @@ DOWN_PROGRAM = """
     )
     train = lt.timer("train")
     sections = 0
-    for step in range(50_000):
+    for step in range(15_000 + 33_334):
         train.record("data"); clock.advance(0.001)
         train.record("forward"); clock.advance(0.002)
         train.record()
         sections += 3
         if step % 500 == 499:
             lt.reset()
-        if step == 5_000:
-            warm = rss_mb()
+        if step == 15_000 - 1:  # 45,000 sections in: queues full, allocator warm
+            warm, sections = peak_rss_mb(), 0
     train.stop()
-    end = rss_mb()
+    end = peak_rss_mb()
     lt.shutdown()
-    print(json.dumps({"sections": sections, "growth_mb": end - warm,
+    print(json.dumps({"sections_after_warmup": sections, "growth_mb": end - warm,
                       "dropped": lt.health().dropped_spans}))
 """
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_collector_down_for_the_whole_run(protocol: str) -> None:
-    """10^5 sections with no collector: no exception, bounded memory, every span counted lost."""
+    """No collector: no exception, <= 20 MB more over 10^5 sections, every span counted lost."""
     endpoint = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     result = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(DOWN_PROGRAM), endpoint, protocol],
@@ -93,9 +93,9 @@ def test_collector_down_for_the_whole_run(protocol: str) -> None:
     assert result.returncode == 0, result.stderr[-2000:]
     figures = json.loads(result.stdout)
     print(f"collector down ({protocol}): {figures}")
-    assert figures["sections"] == 150_000
+    assert figures["sections_after_warmup"] == 100_002
     assert figures["growth_mb"] <= 20
-    assert figures["dropped"] == 150_001  # every span: 3 per step, plus the last lap of train
+    assert figures["dropped"] == 3 * 48_334 + 1  # every span, plus the last lap of train
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
