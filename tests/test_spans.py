@@ -175,3 +175,22 @@ def test_section_spans_of_recursion_nest_under_the_same_path(cap: Capture) -> No
         ("walk", "training", "root.training.walk"),
         ("training", None, "root.training"),
     ]
+
+
+def test_a_failing_span_processor_never_reaches_the_loop() -> None:
+    """A processor that raises on every span is counted; timing and statistics go on."""
+    from opentelemetry.sdk.trace import SpanProcessor
+
+    class Broken(SpanProcessor):
+        def on_start(self, span: object, parent_context: object = None) -> None:
+            raise RuntimeError("broken on_start")
+
+        def on_end(self, span: object) -> None:
+            raise RuntimeError("broken on_end")
+
+    cap = capture()
+    cap.tracer_provider.add_span_processor(Broken())  # type: ignore[arg-type]
+    _run_steps(cap, 3)
+    snap = cap.lt.reset()
+    assert snap["root.training.forward"].count == 3
+    assert cap.lt.health().internal_errors > 0

@@ -8,6 +8,7 @@ from looptrace._clock import Clock, MonotonicClock
 from looptrace._configure import configure
 from looptrace._errors import TimerError
 from looptrace._health import Health
+from looptrace._ids import StepIdGenerator
 from looptrace._looptrace import Looptrace
 from looptrace._processor import AggregatingSpanProcessor
 from looptrace._ranks import RankInfo
@@ -29,6 +30,7 @@ __all__ = [
     "SectionSpread",
     "SectionStats",
     "Snapshot",
+    "StepIdGenerator",
     "Timer",
     "TimerError",
     "__version__",

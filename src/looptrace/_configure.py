@@ -9,13 +9,16 @@ from opentelemetry import metrics, trace
 from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 from opentelemetry.sdk.resources import SERVICE_INSTANCE_ID, SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
 
 from looptrace import __version__
 from looptrace._aggregator import Aggregator
 from looptrace._clock import Clock, MonotonicClock
+from looptrace._device import CudaEventClock, DeviceClock, SyncedClock
 from looptrace._engine import Engine
 from looptrace._errors import TimerError
 from looptrace._health import Incidents
+from looptrace._ids import StepIdGenerator, StepTraces
 from looptrace._looptrace import Looptrace
 from looptrace._metrics import HistogramRecorder
 from looptrace._outputs import Outputs
@@ -33,7 +36,10 @@ def configure(
     trace_every: int | None = None,
     trace_first: int | None = None,
     rank: RankInfo | None = None,
+    run_id: str | None = None,
     max_paths: int = 1000,
+    device_clock: DeviceClock | None = None,
+    device_sync: bool = False,
 ) -> Looptrace:
     """Set up looptrace and return the handle that makes timers and resets windows.
 
@@ -53,7 +59,16 @@ def configure(
             policy comes from `OTEL_TRACES_SAMPLER`, else the first 10 steps and every 100th
             (see `LapSampler`); `trace_every` alone means exactly that (`trace_first=0`).
         rank: override the rank detected from the launcher's environment.
+        run_id: identifies the run for trace ids shared by all ranks (one trace per step);
+            falls back to `LOOPTRACE_RUN_ID`, then the launcher's job id (torchrun's
+            `TORCHELASTIC_RUN_ID`, Slurm's `SLURM_JOB_ID.SLURM_STEP_ID`, Open MPI's job id).
+            Without any, every lap gets random ids.
         max_paths: distinct section paths kept apart; later ones count under `"other"`.
+        device_clock: the events device timers use (default: CUDA events through torch,
+            made when the first device timer starts); tests pass
+            `looptrace.testing.FakeDeviceClock()`.
+        device_sync: wait for the device at every timer call and time everything on the
+            host clock: host-aligned numbers, at the cost of a synchronize per boundary.
 
     """
     sampler = LapSampler.resolve(trace_every, trace_first)
@@ -81,11 +96,15 @@ def configure(
     aggregator = Aggregator(max_paths=max_paths, recorder=recorder)
 
     tracer: trace.Tracer | None = None
+    step_traces: StepTraces | None = None
     processor: AggregatingSpanProcessor | None = None
     if not disabled:
         provider = tracer_provider or _global_sdk_tracer_provider()
         if provider is None:
-            provider = SdkTracerProvider(resource=resource)
+            # looptrace samples whole steps itself (LapSampler); the SDK keeps what it gets.
+            provider = SdkTracerProvider(
+                resource=resource, sampler=ParentBased(ALWAYS_ON), id_generator=StepIdGenerator()
+            )
             _keep_instance_id_after_fork(provider, rank.instance_id)
             trace.set_tracer_provider(provider)
         processor = AggregatingSpanProcessor(aggregator, incidents)
@@ -96,15 +115,23 @@ def configure(
             outputs.on_shutdown.append(provider.force_flush)
         outputs.on_shutdown.append(processor.shutdown)
         tracer = provider.get_tracer(SCOPE, __version__)
+        step_traces = _step_traces(provider, rank, run_id)
 
+    host_clock = clock or MonotonicClock()
+    if device_sync:
+        host_clock = SyncedClock(host_clock, device_clock or _cuda_clock("device_sync=True"))
     engine = Engine(
-        clock=clock or MonotonicClock(),
+        clock=host_clock,
         aggregator=aggregator,
         tracer=tracer,
         sampler=sampler,
+        step_traces=step_traces,
         span_attributes=rank.span_attributes(),
         incidents=incidents,
+        device_clock=None if device_sync else device_clock,
     )
+    if device_sync:
+        engine.device.disable()  # every boundary is already host-aligned
     return Looptrace(
         engine=engine,
         aggregator=aggregator,
@@ -113,6 +140,24 @@ def configure(
         outputs=outputs,
         processor=processor,
     )
+
+
+def _cuda_clock(setting: str) -> CudaEventClock:
+    try:
+        return CudaEventClock()
+    except Exception as error:
+        raise TimerError(f"{setting} needs a CUDA device: {error}") from None
+
+
+def _step_traces(
+    provider: trace.TracerProvider, rank: RankInfo, run_id: str | None
+) -> StepTraces | None:
+    """Shared step traces need a run id and a provider whose ids looptrace can pin."""
+    run = run_id or os.environ.get("LOOPTRACE_RUN_ID") or rank.job_id
+    generator = getattr(provider, "id_generator", None)
+    if not run or not isinstance(generator, StepIdGenerator):
+        return None
+    return StepTraces(run, rank.rank, generator)
 
 
 def _global_sdk_tracer_provider() -> SdkTracerProvider | None:

@@ -11,112 +11,16 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Status, StatusCode
 
 from looptrace._aggregator import FOLD_AT, Aggregator
+from looptrace._attributes import PATH, STEP
 from looptrace._clock import Clock, EpochAnchor
+from looptrace._device import DeviceClock, DeviceTiming
 from looptrace._health import Incidents
+from looptrace._ids import StepTraces
+from looptrace._intervals import Holder, Interval, ThreadState
 from looptrace._sampling import LapSampler
 
 if TYPE_CHECKING:
     from looptrace._timer import Timer
-
-PATH = "looptrace.path"
-STEP = "looptrace.step"
-
-
-class NodeState:
-    """One timer in one thread: its running intervals, laps, and measurements not yet merged."""
-
-    __slots__ = ("durations", "errors", "held", "laps", "path", "self_ns", "stack")
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self.stack: list[Interval] = []
-        self.held: list[Interval] = []  # entries of `with section:` / `start()`, to end on exit
-        self.laps = 0
-        self.durations: list[int] = []
-        self.self_ns = 0
-        self.errors = 0
-
-    def detach(self) -> tuple[str, list[int], int, int]:
-        """Hand over the pending measurements as one batch and start collecting anew."""
-        batch = (self.path, self.durations, self.self_ns, self.errors)
-        self.durations, self.self_ns, self.errors = [], 0, 0
-        return batch
-
-
-class Interval:
-    """One running measurement of a timer in one thread.
-
-    `seg_start` and `seg_child` describe the part inside the current reset window: `reset()`
-    moves `seg_start` to the cut and zeroes `seg_child`, the children's time in that part.
-    A section entry keeps its interval as a token to end on exit, so `held` intervals are
-    never recycled by `Engine.switch`.
-    """
-
-    __slots__ = (
-        "children",
-        "context",
-        "held",
-        "node",
-        "parent",
-        "seg_child",
-        "seg_start",
-        "span",
-        "state",
-        "step",
-    )
-
-    def __init__(  # noqa: PLR0917 - positional: one is made per section, on the hot path
-        self,
-        node: Timer,
-        state: NodeState,
-        parent: Interval | None,
-        now: int,
-        step: int,
-        span: trace.Span | None,
-    ) -> None:
-        self.node = node
-        self.state = state
-        self.parent = parent
-        self.children: list[Interval] = []
-        self.seg_start = now
-        self.seg_child = 0
-        self.step = step
-        self.span = span
-        self.held = False  # a section entry holds this object: never reuse it in place
-        self.context: Context | None = None  # `span` as a parent, made on first use
-
-
-class ThreadState:
-    """The timers of one thread; only `reset()` and thread exit contend for its lock."""
-
-    __slots__ = ("full", "lock", "nodes", "tops")
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.nodes: dict[Timer, NodeState] = {}
-        self.tops: list[Interval] = []
-        self.full = False  # some node holds FOLD_AT measurements: merge after the call
-
-    def node(self, timer: Timer) -> NodeState:
-        """Return the state of `timer` in this thread, creating it on first use."""
-        state = self.nodes.get(timer)
-        if state is None:
-            state = self.nodes[timer] = NodeState(timer.path)
-        return state
-
-    def detach_all(self) -> list[tuple[str, list[int], int, int]]:
-        """Hand over every pending batch; the caller holds `lock`."""
-        self.full = False
-        return [node.detach() for node in self.nodes.values() if node.durations]
-
-
-class _Holder:
-    """Lives in the thread-local slot; when the thread exits it dies and closes the state."""
-
-    __slots__ = ("__weakref__", "state")
-
-    def __init__(self, state: ThreadState) -> None:
-        self.state = state
 
 
 class Engine:
@@ -132,14 +36,17 @@ class Engine:
         aggregator: Aggregator,
         tracer: trace.Tracer | None,
         sampler: LapSampler,
+        step_traces: StepTraces | None = None,
         span_attributes: dict[str, int],
         incidents: Incidents,
+        device_clock: DeviceClock | None = None,
     ) -> None:
         self.now = clock.monotonic_ns
         self.anchor = EpochAnchor(clock)
         self.aggregator = aggregator
         self.tracer = tracer
         self.sampler = sampler
+        self.step_traces = step_traces
         self.span_attributes = span_attributes
         self.incidents = incidents
         self.closed = False
@@ -147,6 +54,7 @@ class Engine:
         self.local = threading.local()
         self._states: dict[int, ThreadState] = {}
         self._states_lock = threading.Lock()
+        self.device = DeviceTiming(device_clock, tracer, self.anchor, incidents, self._span_base)
 
     # -- thread states -------------------------------------------------------------------
 
@@ -157,7 +65,7 @@ class Engine:
         except AttributeError:
             pass
         state = ThreadState()
-        holder = _Holder(state)
+        holder = Holder(state)
         finalizer = weakref.finalize(holder, self._thread_exited, state)
         finalizer.atexit = False
         with self._states_lock:
@@ -187,7 +95,9 @@ class Engine:
         for state in states:
             with state.lock:
                 for top in state.tops:
-                    self.cut(top, now)
+                    self.cut(state, top, now)
+                if state.device is not None:
+                    self.device.resolve(state, wait=True)
                 batches = state.detach_all()
             for batch in batches:
                 aggregator.merge(*batch)
@@ -200,6 +110,8 @@ class Engine:
                 now = self.now()
                 for top in reversed(state.tops):
                     self.end(state, top, now)
+                if state.device is not None:
+                    self.device.resolve(state, wait=True)
                 batches = state.detach_all()
             for batch in batches:
                 aggregator.merge(*batch)
@@ -222,7 +134,9 @@ class Engine:
             interval = pending.pop()
             interval.seg_start, interval.seg_child = now, 0
             interval.span = interval.context = None
+            interval.device = None  # a forked child cannot use its parent's device context
             pending.extend(interval.children)
+        state.device = None
 
     # -- intervals -----------------------------------------------------------------------
 
@@ -240,25 +154,47 @@ class Engine:
     def start(self, state: ThreadState, node: Timer, now: int, parent: Interval | None) -> Interval:
         """Start an interval of `node` at `now`, nested in `parent` (None: a new outermost lap)."""
         node_state = state.nodes.get(node) or state.node(node)
-        span: trace.Span | None = None
         if parent is None:
             step = node_state.laps
             node_state.laps = step + 1
-            if self.tracer is not None and self.sampler(step):
-                span = self._start_span(node, Context(), now, step)
-            interval = Interval(node, node_state, None, now, step, span)
-            state.tops.append(interval)
+            context = self._lap_context(node, step)
         else:
             step = parent.step
-            if parent.span is not None:
-                context = parent.context
-                if context is None:
-                    context = parent.context = trace.set_span_in_context(parent.span, Context())
-                span = self._start_span(node, context, now, step)
+            no_trace = parent.span is None and parent.device is None
+            context = None if no_trace else self._child_context(parent)
+        if node.device and self.device.available():
+            interval = Interval(node, node_state, parent, now, step, None)
+            self.device.open(state, interval, context, now)
+        else:
+            span = None if context is None else self._start_span(node, context, now, step)
             interval = Interval(node, node_state, parent, now, step, span)
+        if parent is None:
+            if context is not None and self.step_traces is not None:
+                self.step_traces.done()  # a device lap's span comes later, without pinned ids
+            state.tops.append(interval)
+        else:
             parent.children.append(interval)
         node_state.stack.append(interval)
         return interval
+
+    def _lap_context(self, node: Timer, step: int) -> Context | None:
+        """Return the parent context of a traced outermost lap, None when it is not traced."""
+        if self.tracer is None or not self.sampler(step):
+            return None
+        if self.step_traces is None:
+            return Context()
+        return self.step_traces.context_for(node.path, step)
+
+    def _child_context(self, parent: Interval) -> Context | None:
+        """Return the parent context of a section of a traced interval, else None."""
+        if parent.span is not None:
+            context = parent.context
+            if context is None:
+                context = parent.context = trace.set_span_in_context(parent.span, Context())
+            return context
+        if parent.device is not None and parent.device.span is not None:
+            return self._host_context(parent)
+        return None
 
     def end(
         self, state: ThreadState, interval: Interval, now: int, error: BaseException | None = None
@@ -269,12 +205,15 @@ class Engine:
             self.end(state, children[-1], now)
         duration = now - interval.seg_start
         node_state = interval.state
-        node_state.durations.append(duration)
-        node_state.self_ns += duration - interval.seg_child
-        if error is not None:
-            node_state.errors += 1
-        if len(node_state.durations) >= FOLD_AT:
-            state.full = True
+        if interval.device is None:
+            node_state.durations.append(duration)
+            node_state.self_ns += duration - interval.seg_child
+            if error is not None:
+                node_state.errors += 1
+            if len(node_state.durations) >= FOLD_AT:
+                state.full = True
+        else:
+            self.device.close(state, interval, error)
         parent = interval.parent
         if parent is None:
             state.tops.remove(interval)
@@ -288,6 +227,8 @@ class Engine:
             stack.remove(interval)
         if interval.span is not None:
             self._end_span(interval.span, now, error)
+        if parent is None and state.device is not None and state.device.pending:
+            self.device.resolve(state, wait=False)
 
     def lap(self, state: ThreadState, interval: Interval, now: int) -> None:
         """End `interval` and start the next one of its timer at the same instant.
@@ -298,12 +239,17 @@ class Engine:
         node = interval.node
         parent = self.parent_for(state, node)
         node_state = interval.state
-        in_place = not interval.held and interval.span is None and parent is interval.parent
+        in_place = (
+            not interval.held
+            and interval.span is None
+            and interval.device is None
+            and parent is interval.parent
+        )
         if in_place:
             if parent is None:
                 in_place = self.tracer is None or not self.sampler(node_state.laps)
             else:
-                in_place = parent.span is None
+                in_place = self._child_context(parent) is None
         if not in_place:
             self.end(state, interval, now)
             self.start(state, node, now, parent)
@@ -319,6 +265,8 @@ class Engine:
         if parent is None:
             interval.step = node_state.laps
             node_state.laps += 1
+            if state.device is not None and state.device.pending:
+                self.device.resolve(state, wait=False)
         else:
             parent.seg_child += duration
         interval.seg_start = now
@@ -333,10 +281,10 @@ class Engine:
         when the general path is needed.
         """
         children = current.children
-        if len(children) != 1 or current.span is not None:
+        if len(children) != 1 or current.span is not None or current.device is not None:
             return False
         sibling = children[0]
-        if sibling.children or sibling.held:
+        if sibling.children or sibling.held or sibling.device is not None or child.device:
             return False
         ended = sibling.state
         if sibling.node is child:
@@ -370,39 +318,63 @@ class Engine:
             if sibling.node is not keep:
                 self.end(state, sibling, now)
 
-    def cut(self, interval: Interval, now: int) -> None:
+    def cut(self, state: ThreadState, interval: Interval, now: int) -> None:
         """Count the part of a running interval before `now`; the rest goes to the next window."""
         for child in interval.children:
-            self.cut(child, now)
+            self.cut(state, child, now)
         duration = now - interval.seg_start
         if duration > 0:
-            node_state = interval.state
-            node_state.durations.append(duration)
-            node_state.self_ns += duration - interval.seg_child
+            if interval.device is None:
+                node_state = interval.state
+                node_state.durations.append(duration)
+                node_state.self_ns += duration - interval.seg_child
+            else:
+                self.device.cut(state, interval)
             if interval.parent is not None:
                 interval.parent.seg_child += duration
         interval.seg_start = now
         interval.seg_child = 0
 
+    def _host_context(self, interval: Interval) -> Context:
+        """Return the span context of the nearest host-traced ancestor (device spans wait)."""
+        found: Interval | None = interval
+        while found is not None and found.span is None:
+            found = found.parent
+        if found is None or found.span is None:
+            return Context()
+        if found.context is None:
+            found.context = trace.set_span_in_context(found.span, Context())
+        return found.context
+
     # -- spans ---------------------------------------------------------------------------
 
-    def _start_span(self, node: Timer, context: Context, now: int, step: int) -> trace.Span:
+    def _start_span(self, node: Timer, context: Context, now: int, step: int) -> trace.Span | None:
         assert self.tracer is not None
+        try:
+            return self.tracer.start_span(
+                node.name,
+                context=context,
+                attributes={**self._span_base(node), STEP: step},
+                start_time=self.anchor.epoch_ns(now),
+                record_exception=False,
+                set_status_on_exception=False,
+            )
+        except Exception:  # a failing processor must not break the loop: time it untraced
+            self.incidents.failed("span start")
+            return None
+
+    def _span_base(self, node: Timer) -> dict[str, str | int]:
         base = self._attributes.get(node)
         if base is None:
             base = self._attributes[node] = {PATH: node.path, **self.span_attributes}
-        return self.tracer.start_span(
-            node.name,
-            context=context,
-            attributes={**base, STEP: step},
-            start_time=self.anchor.epoch_ns(now),
-            record_exception=False,
-            set_status_on_exception=False,
-        )
+        return base
 
     def _end_span(self, span: trace.Span, now: int, error: BaseException | None) -> None:
         end_ns = self.anchor.epoch_ns(now)
-        if error is not None:
-            span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
-            span.record_exception(error, timestamp=end_ns)
-        span.end(end_time=end_ns)
+        try:
+            if error is not None:
+                span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
+                span.record_exception(error, timestamp=end_ns)
+            span.end(end_time=end_ns)
+        except Exception:
+            self.incidents.failed("span end")

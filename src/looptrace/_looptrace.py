@@ -47,12 +47,13 @@ class Looptrace:
     def __repr__(self) -> str:
         return f"Looptrace(rank={self.rank.rank}, closed={self._engine.closed})"
 
-    def timer(self, name: str) -> Timer:
+    def timer(self, name: str, *, device: bool | None = None) -> Timer:
         """Return the timer `root.<name>` (the same object on every call).
 
         Timers made here are independent: starting or lapping one never ends another.
+        `device=True` times it on the GPU (see `Timer.timer`).
         """
-        return self.root.timer(name)
+        return self.root.timer(name, device=device)
 
     def reset(self, *, across_ranks: bool = False) -> Snapshot:
         """Close the window at one instant and return its statistics per path.

@@ -7,12 +7,11 @@ from collections.abc import Sequence
 from opentelemetry.metrics import MeterProvider
 
 from looptrace import __version__
+from looptrace._attributes import PATH, SPAN_NAME
 from looptrace._buckets import BOUNDARIES_S
-from looptrace._engine import PATH
 from looptrace._health import Incidents
 
 DURATION_METRIC = "looptrace.section.duration"
-SPAN_NAME = "span.name"
 
 
 class HistogramRecorder:

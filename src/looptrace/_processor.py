@@ -9,8 +9,9 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import StatusCode
 
 from looptrace._aggregator import FOLD_AT, Aggregator
-from looptrace._engine import PATH, NodeState
+from looptrace._attributes import PATH
 from looptrace._health import Incidents
+from looptrace._intervals import NodeState
 
 SCOPE = "looptrace"
 _MAX_OPEN_PARENTS = 65_536

@@ -7,8 +7,9 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import ParamSpec, TypeVar
 
-from looptrace._engine import Engine, Interval, ThreadState
+from looptrace._engine import Engine
 from looptrace._errors import TimerError
+from looptrace._intervals import Interval, ThreadState
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -21,11 +22,23 @@ class Timer:
     recursively; the object itself holds only its name and children.
     """
 
-    __slots__ = ("__weakref__", "_children", "_engine", "_section", "name", "parent", "path")
+    __slots__ = (
+        "__weakref__",
+        "_children",
+        "_engine",
+        "_section",
+        "device",
+        "name",
+        "parent",
+        "path",
+    )
 
-    def __init__(self, engine: Engine, name: str, parent: Timer | None) -> None:
+    def __init__(
+        self, engine: Engine, name: str, parent: Timer | None, *, device: bool = False
+    ) -> None:
         self._engine = engine
         self.name = name
+        self.device = device
         self.parent = parent
         self.path: str = name if parent is None else f"{parent.path}.{name}"
         self._children: dict[str, Timer] = {}
@@ -34,12 +47,22 @@ class Timer:
     def __repr__(self) -> str:
         return f"Timer({self.path!r})"
 
-    def timer(self, name: str) -> Timer:
-        """Return the child timer `name` (the same object on every call)."""
+    def timer(self, name: str, *, device: bool | None = None) -> Timer:
+        """Return the child timer `name` (the same object on every call).
+
+        `device=True` makes it time on the GPU with CUDA events (see the README, "GPU
+        time"); the choice is made when the timer is first created.
+        """
         child = self._children.get(name)
         if child is None:
             self._check_name(name)
-            child = self._children.setdefault(name, Timer(self._engine, name, self))
+            child = self._children.setdefault(
+                name, Timer(self._engine, name, self, device=bool(device))
+            )
+        elif device is not None and device != child.device:
+            raise TimerError(
+                f"timer {child.path!r} already times on the {'device' if child.device else 'host'}"
+            )
         return child
 
     @property
