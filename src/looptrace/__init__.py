@@ -14,6 +14,7 @@ from looptrace._processor import AggregatingSpanProcessor
 from looptrace._ranks import RankInfo
 from looptrace._sampling import LapSampler
 from looptrace._snapshot import SectionStats, Snapshot
+from looptrace._spread import RankSpread, SectionSpread
 from looptrace._timer import Section, Timer
 
 __all__ = [
@@ -25,7 +26,9 @@ __all__ = [
     "Looptrace",
     "MonotonicClock",
     "RankInfo",
+    "RankSpread",
     "Section",
+    "SectionSpread",
     "SectionStats",
     "Snapshot",
     "StepIdGenerator",

@@ -96,9 +96,7 @@ class Engine:
             with state.lock:
                 for top in state.tops:
                     self.cut(state, top, now)
-                if state.device is not None:
-                    self.device.resolve(state, wait=True)
-                batches = state.detach_all()
+                batches = self._drain(state)
             for batch in batches:
                 aggregator.merge(*batch)
 
@@ -110,13 +108,17 @@ class Engine:
                 now = self.now()
                 for top in reversed(state.tops):
                     self.end(state, top, now)
-                if state.device is not None:
-                    self.device.resolve(state, wait=True)
-                batches = state.detach_all()
+                batches = self._drain(state)
             for batch in batches:
                 aggregator.merge(*batch)
         with self._states_lock:
             self._states.pop(id(state), None)
+
+    def _drain(self, state: ThreadState) -> list[tuple[str, list[int], int, int]]:
+        """Wait for the thread's device events and hand over all it measured; holds its lock."""
+        if state.device is not None:
+            self.device.resolve(state, wait=True)
+        return state.detach_all()
 
     def after_fork_in_child(self) -> None:
         """Keep only the forking thread's state, with fresh locks and nothing counted yet."""
@@ -311,12 +313,21 @@ class Engine:
         target.stack.append(sibling)
         return True
 
-    def close_siblings(self, state: ThreadState, mine: Interval, keep: Timer, now: int) -> None:
-        """End the running children of `mine` other than those of timer `keep`."""
+    def switch_to(self, state: ThreadState, owner: Timer, child: Timer, now: int) -> Interval:
+        """Make `owner` run (starting it if needed) with no section but `child` running.
+
+        Returns the owner's innermost running interval, the parent for `child`.
+        """
+        mine = state.nodes.get(owner)
+        if mine is not None and mine.stack:
+            current = mine.stack[-1]
+        else:
+            current = self.start(state, owner, now, self.parent_for(state, owner))
         # Ending a sibling removes only that sibling from the list, behind this iterator.
-        for sibling in reversed(mine.children):
-            if sibling.node is not keep:
+        for sibling in reversed(current.children):
+            if sibling.node is not child:
                 self.end(state, sibling, now)
+        return current
 
     def cut(self, state: ThreadState, interval: Interval, now: int) -> None:
         """Count the part of a running interval before `now`; the rest goes to the next window."""

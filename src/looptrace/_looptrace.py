@@ -7,6 +7,7 @@ import weakref
 from collections.abc import Callable
 
 from looptrace._aggregator import Aggregator
+from looptrace._distributed import across_ranks as reduce_across_ranks
 from looptrace._engine import Engine
 from looptrace._health import Health, Incidents
 from looptrace._outputs import Outputs
@@ -54,11 +55,17 @@ class Looptrace:
         """
         return self.root.timer(name, device=device)
 
-    def reset(self) -> Snapshot:
+    def reset(self, *, across_ranks: bool = False) -> Snapshot:
         """Close the window at one instant and return its statistics per path.
 
         Running sections contribute their part before the cut and keep running into the next
         window. The histogram metric is flushed to the configured exporters.
+
+        With `across_ranks=True` and an initialised `torch.distributed` process group the
+        snapshot also carries `across_ranks`: per path of any rank, the min / max / mean over
+        ranks and the slowest rank (see `SectionSpread`). It runs collectives, so every rank
+        must call it at the same point. Without a process group it is a no-op: the snapshot
+        holds this rank's data and `across_ranks` is None.
         """
         engine = self._engine
         aggregator = self._aggregator
@@ -67,7 +74,8 @@ class Looptrace:
             start, self._window_start = self._window_start, now
             if engine.closed:
                 self._incidents.misused("closed", "reset() after shutdown()")
-                return Snapshot({}, start_ns=0, end_ns=0, rank=self.rank.rank)
+                closed = Snapshot({}, start_ns=0, end_ns=0, rank=self.rank.rank)
+                return reduce_across_ranks(closed, self._incidents) if across_ranks else closed
             engine.close_window(now)
             if self._processor is not None:
                 self._processor.merge_pending()
@@ -76,6 +84,8 @@ class Looptrace:
                 end_ns=engine.anchor.epoch_ns(now),
                 rank=self.rank.rank,
             )
+        if across_ranks:
+            snapshot = reduce_across_ranks(snapshot, self._incidents)
         for sink in self._outputs.on_reset:
             try:
                 sink(snapshot)

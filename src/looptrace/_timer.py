@@ -99,12 +99,7 @@ class Timer:
                 else:
                     engine.start(state, self, now, engine.parent_for(state, self))
             elif not (stack and engine.switch(state, stack[-1], child, now)):
-                current = (
-                    stack[-1]
-                    if stack
-                    else engine.start(state, self, now, engine.parent_for(state, self))
-                )
-                engine.close_siblings(state, current, child, now)
+                current = engine.switch_to(state, self, child, now)
                 running = state.nodes.get(child)
                 if running is not None and running.stack:
                     engine.end(state, running.stack[0], now)
@@ -171,13 +166,7 @@ class Timer:
             if running is not None and running.stack:
                 interval = engine.start(state, child, now, running.stack[-1])
             else:
-                mine = state.nodes.get(self)
-                current = (
-                    mine.stack[-1]
-                    if mine is not None and mine.stack
-                    else engine.start(state, self, now, engine.parent_for(state, self))
-                )
-                engine.close_siblings(state, current, child, now)
+                current = engine.switch_to(state, self, child, now)
                 interval = engine.start(state, child, now, current)
             interval.held = True
             if hold:
