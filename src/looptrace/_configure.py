@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
+import socket
 import weakref
 
 from opentelemetry import metrics, trace
 from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
-from opentelemetry.sdk.resources import SERVICE_INSTANCE_ID, SERVICE_NAME, Resource
+from opentelemetry.sdk.resources import HOST_NAME, SERVICE_INSTANCE_ID, SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
 
 from looptrace import __version__
@@ -15,6 +16,7 @@ from looptrace._aggregator import Aggregator
 from looptrace._clock import Clock, MonotonicClock
 from looptrace._engine import Engine
 from looptrace._errors import TimerError
+from looptrace._files import FileOutputs, PathLike
 from looptrace._health import Incidents
 from looptrace._looptrace import Looptrace
 from looptrace._metrics import HistogramRecorder
@@ -32,6 +34,8 @@ def configure(
     trace_every: int = 1,
     rank: RankInfo | None = None,
     max_paths: int = 1000,
+    trace_file: PathLike | None = None,
+    snapshot_file: PathLike | None = None,
 ) -> Looptrace:
     """Set up looptrace and return the handle that makes timers and resets windows.
 
@@ -49,6 +53,14 @@ def configure(
             step, 0: none). Every section is aggregated either way.
         rank: override the rank detected from the launcher's environment.
         max_paths: distinct section paths kept apart; later ones count under `"other"`.
+        trace_file: also append spans to this file as OTLP/JSON lines (one export batch per
+            line; needs the `files` extra); falls back to `LOOPTRACE_TRACE_FILE`. A `{rank}`
+            placeholder is replaced by the rank; without one, jobs of several processes get
+            `.rank<N>` before the suffix. Spans of other instrumentation on the same provider
+            are written too.
+        snapshot_file: append every `reset()` window's statistics to this file as one JSON
+            line (step, time, rank, per-path statistics); falls back to
+            `LOOPTRACE_SNAPSHOT_FILE`; named per rank like `trace_file`.
 
     """
     if isinstance(trace_every, bool) or not isinstance(trace_every, int) or trace_every < 0:
@@ -59,11 +71,16 @@ def configure(
     name = service_name or os.environ.get("OTEL_SERVICE_NAME") or "looptrace"
     incidents = Incidents()
     outputs = Outputs()
-
-    resource = Resource.create(
-        {SERVICE_NAME: name, SERVICE_INSTANCE_ID: rank.instance_id, **rank.attributes()}
-    )
     disabled = os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true"
+    files = FileOutputs(
+        trace_file=trace_file,
+        snapshot_file=snapshot_file,
+        rank=rank,
+        incidents=incidents,
+        tracing=not disabled,
+    )
+
+    resource = looptrace_resource(name, rank)
 
     meter_provider = meter_provider or _global_sdk_meter_provider()
     recorder = (
@@ -77,6 +94,7 @@ def configure(
     aggregator = Aggregator(max_paths=max_paths, recorder=recorder)
 
     tracer: trace.Tracer | None = None
+    provider: trace.TracerProvider | None = None
     if not disabled:
         provider = tracer_provider or _global_sdk_tracer_provider()
         if provider is None:
@@ -100,12 +118,25 @@ def configure(
         span_attributes=rank.span_attributes(),
         incidents=incidents,
     )
+    files.attach(provider, outputs, step=engine.steps_done)
     return Looptrace(
         engine=engine,
         aggregator=aggregator,
         incidents=incidents,
         rank=rank,
         outputs=outputs,
+    )
+
+
+def looptrace_resource(service_name: str, rank: RankInfo) -> Resource:
+    """Return the Resource of a provider looptrace installs: service, host and rank."""
+    return Resource.create(
+        {
+            SERVICE_NAME: service_name,
+            SERVICE_INSTANCE_ID: rank.instance_id,
+            HOST_NAME: socket.gethostname(),
+            **rank.attributes(),
+        }
     )
 
 

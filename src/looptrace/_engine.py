@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 
 PATH = "looptrace.path"
 STEP = "looptrace.step"
+THREAD_ID = "thread.id"
+THREAD_NAME = "thread.name"
 
 
 class Interval:
@@ -45,7 +47,7 @@ class Interval:
 class ThreadState:
     """The running intervals of one thread; its lock is only contended by `reset()`."""
 
-    __slots__ = ("buffer", "laps", "lock", "stacks", "tops")
+    __slots__ = ("buffer", "laps", "lock", "stacks", "thread", "tops")
 
     def __init__(self, buffer: list[Entry]) -> None:
         self.lock = threading.Lock()
@@ -53,6 +55,11 @@ class ThreadState:
         self.stacks: dict[Timer, list[Interval]] = {}
         self.tops: list[Interval] = []
         self.laps: dict[Timer, int] = {}
+        # Made in the thread it describes; spans carry it so viewers can lay threads apart.
+        self.thread: dict[str, str | int] = {
+            THREAD_ID: threading.get_ident(),
+            THREAD_NAME: threading.current_thread().name,
+        }
 
 
 class _Holder:
@@ -111,6 +118,19 @@ class Engine:
         with self._states_lock:
             return list(self._states.values())
 
+    def steps_done(self) -> int | None:
+        """Return how many outermost laps the calling thread has completed (None: no laps).
+
+        With several outermost timers, the largest count. It is the step a `reset()` window
+        closes at: the spans of that window have `looptrace.step` below it.
+        """
+        holder = getattr(self._local, "holder", None)
+        if holder is None or not holder.state.laps:
+            return None
+        state: ThreadState = holder.state
+        running = {interval.node for interval in state.tops}
+        return max(n - (timer in running) for timer, n in state.laps.items())
+
     def _thread_exited(self, state: ThreadState) -> None:
         """Close what a finished thread left running, so it is not carried into later windows."""
         with state.lock:
@@ -157,12 +177,12 @@ class Engine:
             step = state.laps.get(node, 0)
             state.laps[node] = step + 1
             if self.tracer is not None and self.trace_every and step % self.trace_every == 0:
-                span = self._start_span(node, Context(), now, step)
+                span = self._start_span(state, node, Context(), now, step)
         else:
             step = parent.step
             if parent.span is not None:
                 span = self._start_span(
-                    node, trace.set_span_in_context(parent.span, Context()), now, step
+                    state, node, trace.set_span_in_context(parent.span, Context()), now, step
                 )
         interval = Interval(node, parent, now, step, span)
         if parent is None:
@@ -224,9 +244,16 @@ class Engine:
 
     # -- spans ---------------------------------------------------------------------------
 
-    def _start_span(self, node: Timer, context: Context, now: int, step: int) -> trace.Span:
+    def _start_span(
+        self, state: ThreadState, node: Timer, context: Context, now: int, step: int
+    ) -> trace.Span:
         assert self.tracer is not None
-        attributes: dict[str, str | int] = {PATH: node.path, STEP: step, **self.span_attributes}
+        attributes: dict[str, str | int] = {
+            PATH: node.path,
+            STEP: step,
+            **self.span_attributes,
+            **state.thread,
+        }
         return self.tracer.start_span(
             node.name,
             context=context,
