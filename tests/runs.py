@@ -47,6 +47,7 @@ def record_run(
         clock=clock,
         rank=info,
         tracer_provider=provider,
+        trace_every=1,
         trace_file=directory / "spans.jsonl",
         snapshot_file=directory / "snapshots.jsonl",
     )

@@ -9,7 +9,7 @@ import statistics
 
 import pytest
 
-from looptrace._aggregator import Aggregator
+from looptrace._aggregator import FOLD_AT, Aggregator
 from looptrace._buckets import BOUNDARIES_S
 from looptrace.testing import capture
 
@@ -21,10 +21,12 @@ def _snapshot(aggregator: Aggregator) -> dict[str, dict[str, object]]:
 def test_statistics_of_known_durations() -> None:
     """count, total, mean, min, max, population std and self time match the inputs exactly."""
     aggregator = Aggregator()
-    durations_ms = [10, 20, 30, 40, 1000]
-    for ms in durations_ms:
-        aggregator.shared.append(("a", ms * 1_000_000, ms * 500_000, ms == 40))
-    stats = aggregator.snapshot(start_ns=0, end_ns=1, rank=0)["a"]
+    durations_ms = [40, 10, 1000, 30]
+    with aggregator.lock:
+        aggregator.merge("a", [ms * 1_000_000 for ms in durations_ms], 540_000_000, 1)
+        aggregator.merge("a", [20_000_000], 10_000_000, 0)
+        stats = aggregator.snapshot(start_ns=0, end_ns=1, rank=0)["a"]
+    durations_ms.append(20)
     seconds = [ms / 1000 for ms in durations_ms]
     assert stats.count == 5
     assert stats.total == pytest.approx(sum(seconds))
@@ -40,8 +42,8 @@ def test_statistics_of_known_durations() -> None:
 def test_bucket_counts_follow_prometheus_le() -> None:
     """A duration equal to a boundary lands in that boundary's bucket (value <= le)."""
     aggregator = Aggregator()
-    for seconds in (0.00005, 0.0001, 0.0001001, 0.5, 2000.0):
-        aggregator.shared.append(("a", round(seconds * 1e9), 0, False))
+    durations = [round(s * 1e9) for s in (0.5, 0.0001, 2000.0, 0.00005, 0.0001001)]
+    aggregator.merge("a", durations, 0, 0)
     buckets = aggregator.snapshot(start_ns=0, end_ns=1, rank=0)["a"].buckets
     expected = [0] * (len(BOUNDARIES_S) + 1)
     expected[0] = 2  # 50 µs and exactly 100 µs
@@ -64,7 +66,8 @@ def test_path_cap_folds_overflow_into_other_with_one_warning(
 ) -> None:
     """Past max_paths, new paths count under "other", with a single warning.
 
-    Paths are admitted in the order their first measurement ends; root.t ends last.
+    Paths are admitted in the order they are first merged; a thread merges its timers in
+    the order it first used them.
     """
     cap = capture(max_paths=3, trace_every=0)
     train = cap.lt.timer("t")
@@ -75,9 +78,9 @@ def test_path_cap_folds_overflow_into_other_with_one_warning(
         train.stop()
         snap = cap.lt.reset()
     assert {p: s.count for p, s in snap.items()} == {
+        "root.t": 1,
         "root.t.step0": 1,
         "root.t.step1": 1,
-        "root.t.step2": 1,
         "other": 8,
     }
     assert len(caplog.records) == 1
@@ -90,15 +93,15 @@ def test_empty_window_statistics_absent() -> None:
     assert _snapshot(Aggregator()) == {}
 
 
-def test_buffers_fold_when_long_to_bound_memory() -> None:
-    """A thread's buffer is folded once it holds a few thousand entries, not kept to reset()."""
+def test_pending_measurements_merge_early_to_bound_memory() -> None:
+    """A thread merges its measurements once it holds FOLD_AT, rather than keeping all."""
     cap = capture(trace_every=0)
     train = cap.lt.timer("t")
     for _ in range(20_000):
         train.record("x")
     train.stop()
     state = cap.lt._engine.state()
-    assert len(state.buffer) < 5_000
+    assert max(len(node.durations) for node in state.nodes.values()) < FOLD_AT
     assert cap.lt.reset()["root.t.x"].count == 20_000
 
 

@@ -143,3 +143,26 @@ def test_wall_clock_jump_does_not_change_durations() -> None:
     assert span.end_time is not None and span.start_time is not None
     assert span.end_time - span.start_time == 2_000_000_000
     assert lt.reset()["root.t"].total == 2.0
+
+
+def test_run_id_precedence_argument_env_then_launcher() -> None:
+    """run_id= wins over LOOPTRACE_RUN_ID, which wins over the launcher's job id."""
+    code = """
+        import looptrace
+        from opentelemetry.sdk.trace import TracerProvider
+        def run(**kw):
+            provider = TracerProvider(id_generator=looptrace.StepIdGenerator())
+            lt = looptrace.configure(tracer_provider=provider, **kw)
+            return lt._engine.step_traces.run_id
+        print(run(run_id="explicit"), run())
+        """
+    env = {"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_ID": "9", "SLURM_STEP_ID": "3"}
+    assert _run(code, LOOPTRACE_RUN_ID="from-env", **env) == "explicit from-env"
+    assert _run(code, **env) == "explicit 9.3"
+
+
+def test_user_provider_without_step_ids_gets_ordinary_ids() -> None:
+    """A provider without StepIdGenerator cannot pin rank 0's ids, so none are derived."""
+    lt = looptrace.configure(tracer_provider=TracerProvider(), run_id="r", clock=FakeClock())
+    assert lt._engine.step_traces is None
+    lt.shutdown()

@@ -118,7 +118,7 @@ def _spans_of_two_threads_and_interleaved_timers() -> list[ReadableSpan]:
     memory = InMemorySpanExporter()
     provider = TracerProvider(resource=looptrace_resource("t", RankInfo()))
     provider.add_span_processor(SimpleSpanProcessor(memory))
-    lt = configure(clock=clock, rank=RankInfo(), tracer_provider=provider)
+    lt = configure(clock=clock, rank=RankInfo(), tracer_provider=provider, trace_every=1)
     train, io = lt.timer("training"), lt.timer("io")
     train.record("forward")
     clock.advance(1.0)

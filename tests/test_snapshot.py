@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 import pytest
 
-from looptrace import SectionStats, Snapshot
+from looptrace import RankSpread, SectionSpread, SectionStats, Snapshot
 from looptrace.testing import Capture
 
 
@@ -68,3 +69,78 @@ def test_as_metrics_flat_names(cap: Capture) -> None:
 def test_as_metrics_without_prefix(cap: Capture) -> None:
     """An empty prefix gives bare {path}.{stat} names."""
     assert "root.training.mean" in _one_section(cap).as_metrics(prefix="")
+
+
+def _spread(low: float, high: float, mean: float, slowest: int | None) -> RankSpread:
+    return RankSpread(min=low, max=high, mean=mean, slowest_rank=slowest)
+
+
+def _cross_rank_snapshot() -> Snapshot:
+    """Return a snapshot whose one path ran on ranks 0 and 2 of 3, with a NaN p99 spread."""
+    nan = math.nan
+    spread = SectionSpread(
+        ranks=2,
+        absent=(1,),
+        count=_spread(2, 4, 3, 2),
+        total=_spread(1.0, 3.0, 2.0, 2),
+        mean=_spread(0.5, 0.75, 0.625, 2),
+        p99=_spread(nan, nan, nan, None),
+        max=_spread(0.5, 1.0, 0.75, 2),
+        self_time=_spread(1.0, 1.0, 1.0, 0),
+    )
+    return Snapshot({}, start_ns=0, end_ns=1, rank=1, across_ranks={"root.eval": spread})
+
+
+def test_as_metrics_with_cross_rank_data() -> None:
+    """Cross-rank spreads flatten to {path}.ranks and {path}.{stat}.*_rank, NaN left out."""
+    assert _cross_rank_snapshot().as_metrics(prefix="t") == {
+        "t.root.eval.ranks": 2.0,
+        "t.root.eval.count.min_rank": 2,
+        "t.root.eval.count.max_rank": 4,
+        "t.root.eval.count.mean_rank": 3,
+        "t.root.eval.count.slowest_rank": 2.0,
+        "t.root.eval.total.min_rank": 1.0,
+        "t.root.eval.total.max_rank": 3.0,
+        "t.root.eval.total.mean_rank": 2.0,
+        "t.root.eval.total.slowest_rank": 2.0,
+        "t.root.eval.mean.min_rank": 0.5,
+        "t.root.eval.mean.max_rank": 0.75,
+        "t.root.eval.mean.mean_rank": 0.625,
+        "t.root.eval.mean.slowest_rank": 2.0,
+        "t.root.eval.max.min_rank": 0.5,
+        "t.root.eval.max.max_rank": 1.0,
+        "t.root.eval.max.mean_rank": 0.75,
+        "t.root.eval.max.slowest_rank": 2.0,
+        "t.root.eval.self_time.min_rank": 1.0,
+        "t.root.eval.self_time.max_rank": 1.0,
+        "t.root.eval.self_time.mean_rank": 1.0,
+        "t.root.eval.self_time.slowest_rank": 0.0,
+    }
+
+
+def test_to_dict_with_cross_rank_data() -> None:
+    """to_dict() keeps the per-path dicts and adds the spreads under "across_ranks"."""
+    data = _cross_rank_snapshot().to_dict()
+    p99 = data["across_ranks"]["root.eval"].pop("p99")
+    assert math.isnan(p99.pop("min")) and math.isnan(p99.pop("max"))
+    assert math.isnan(p99.pop("mean")) and p99 == {"slowest_rank": None}
+    assert data == {
+        "across_ranks": {
+            "root.eval": {
+                "ranks": 2,
+                "absent": [1],
+                "count": {"min": 2, "max": 4, "mean": 3, "slowest_rank": 2},
+                "total": {"min": 1.0, "max": 3.0, "mean": 2.0, "slowest_rank": 2},
+                "mean": {"min": 0.5, "max": 0.75, "mean": 0.625, "slowest_rank": 2},
+                "max": {"min": 0.5, "max": 1.0, "mean": 0.75, "slowest_rank": 2},
+                "self_time": {"min": 1.0, "max": 1.0, "mean": 1.0, "slowest_rank": 0},
+            }
+        }
+    }
+
+
+def test_local_snapshot_has_no_cross_rank_data(cap: Capture) -> None:
+    """A plain reset() carries across_ranks None and no extra dict key or metric."""
+    snap = _one_section(cap)
+    assert snap.across_ranks is None
+    assert sorted(snap.to_dict()) == ["root.training", "root.training.forward"]

@@ -202,3 +202,22 @@ def test_spans_of_another_thread_carry_that_threads_id_and_name(cap: Capture) ->
         ("read", seen["thread.id"], "prefetch"),
         ("loader", seen["thread.id"], "prefetch"),
     }
+
+
+def test_a_failing_span_processor_never_reaches_the_loop() -> None:
+    """A processor that raises on every span is counted; timing and statistics go on."""
+    from opentelemetry.sdk.trace import SpanProcessor
+
+    class Broken(SpanProcessor):
+        def on_start(self, span: object, parent_context: object = None) -> None:
+            raise RuntimeError("broken on_start")
+
+        def on_end(self, span: object) -> None:
+            raise RuntimeError("broken on_end")
+
+    cap = capture()
+    cap.tracer_provider.add_span_processor(Broken())  # type: ignore[arg-type]
+    _run_steps(cap, 3)
+    snap = cap.lt.reset()
+    assert snap["root.training.forward"].count == 3
+    assert cap.lt.health().internal_errors > 0

@@ -338,3 +338,31 @@ def test_thread_exit_closes_its_running_sections(cap: Capture) -> None:
     cap.clock.advance(5.0)
     assert totals(cap.lt.reset()) == {"root.training": 2.0, "root.training.forward": 2.0}
     assert dict(cap.lt.reset()) == {}
+
+
+def test_section_returns_one_object_per_name(cap: Capture) -> None:
+    """train.section(name) is the same object on every call, so loops allocate nothing."""
+    train = cap.lt.timer("training")
+    assert train.section("optimizer") is train.section("optimizer")
+    assert train.section("optimizer") is not train.section("eval")
+
+
+def test_section_object_shared_by_threads(cap: Capture) -> None:
+    """One section object entered by two threads at once keeps their entries apart."""
+    train = cap.lt.timer("training")
+    section = train.section("io")
+    inside = threading.Barrier(2)
+
+    def work() -> None:
+        with section:
+            inside.wait()
+            cap.clock.advance(0.5)
+            inside.wait()
+        train.stop()
+
+    threads = [threading.Thread(target=work) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert counts(cap.lt.reset()) == {"root.training": 2, "root.training.io": 2}

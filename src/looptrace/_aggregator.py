@@ -1,35 +1,36 @@
-"""Folds section durations into per-path statistics; the single sink of every measurement."""
+"""Folds batches of section durations into per-path statistics for one window."""
 
 from __future__ import annotations
 
 import logging
 import math
+import operator
 import threading
+from bisect import bisect_right
 from collections.abc import Callable, Sequence
 
-from looptrace._buckets import BOUNDARIES_NS, bucket_index
+from looptrace._buckets import BOUNDARIES_NS
 from looptrace._sketch import QuantileSketch
 from looptrace._snapshot import SectionStats, Snapshot
 
 _log = logging.getLogger("looptrace")
 
-# One measurement: (path, duration ns, self time ns, ended by an exception).
-Entry = tuple[str, int, int, bool]
-Recorder = Callable[[Sequence[Entry]], None]
+# Called with (path, durations in ns) for every merged batch, e.g. to feed a MeterProvider.
+Recorder = Callable[[str, Sequence[int]], None]
 
 OTHER_PATH = "other"
-_FOLD_AT = 4096  # entries a buffer holds before its owner folds it
+FOLD_AT = 4096  # durations a producer holds before it merges them, bounding memory
 
 
 class _PathAggregate:
-    """Running statistics of one path: Welford mean/variance, extremes, sketch and buckets."""
+    """Statistics of one path, kept as exact integer sums of nanoseconds."""
 
-    __slots__ = ("buckets", "count", "errors", "m2", "max", "mean", "min", "self_ns", "sketch")
+    __slots__ = ("buckets", "count", "errors", "max", "min", "self_ns", "sketch", "sum", "sumsq")
 
     def __init__(self) -> None:
         self.count = 0
-        self.mean = 0.0
-        self.m2 = 0.0
+        self.sum = 0
+        self.sumsq = 0
         self.min = math.inf
         self.max = -math.inf
         self.self_ns = 0
@@ -37,29 +38,39 @@ class _PathAggregate:
         self.sketch = QuantileSketch()
         self.buckets = [0] * (len(BOUNDARIES_NS) + 1)
 
-    def add(self, duration_ns: int, self_ns: int, error: bool) -> None:
-        self.count += 1
-        delta = duration_ns - self.mean
-        self.mean += delta / self.count
-        self.m2 += delta * (duration_ns - self.mean)
-        self.min = min(self.min, duration_ns)
-        self.max = max(self.max, duration_ns)
+    def add_sorted(self, durations: list[int], self_ns: int, errors: int) -> None:
+        """Add a batch of durations, sorted ascending: C-speed sums, bisects per bucket."""
+        n = len(durations)
+        self.count += n
+        self.sum += sum(durations)
+        self.sumsq += sum(map(operator.mul, durations, durations))
+        self.min = min(self.min, durations[0])
+        self.max = max(self.max, durations[-1])
         self.self_ns += self_ns
-        self.errors += error
-        self.sketch.add(duration_ns)
-        self.buckets[bucket_index(duration_ns)] += 1
+        self.errors += errors
+        self.sketch.add_sorted(durations)
+        below = 0
+        buckets = self.buckets
+        for i, bound in enumerate(BOUNDARIES_NS):
+            upto = bisect_right(durations, bound, below)
+            buckets[i] += upto - below
+            below = upto
+        buckets[-1] += n - below
 
     def stats(self) -> SectionStats:
+        n = self.count
+
         def quantile(q: float) -> float:
             return min(max(self.sketch.quantile(q), self.min), self.max) / 1e9
 
+        variance = (n * self.sumsq - self.sum * self.sum) / (n * n)  # exact integers
         return SectionStats(
-            count=self.count,
-            total=self.mean * self.count / 1e9,
-            mean=self.mean / 1e9,
+            count=n,
+            total=self.sum / 1e9,
+            mean=self.sum / n / 1e9,
             min=self.min / 1e9,
             max=self.max / 1e9,
-            std=math.sqrt(self.m2 / self.count) / 1e9,
+            std=math.sqrt(max(variance, 0.0)) / 1e9,
             p50=quantile(0.5),
             p90=quantile(0.9),
             p99=quantile(0.99),
@@ -70,12 +81,12 @@ class _PathAggregate:
 
 
 class Aggregator:
-    """Collects measurements from per-thread buffers and folds them into per-path aggregates.
+    """The statistics of the current window, per path.
 
-    Producers append to a buffer of their own (a list append, atomic under the GIL, no lock
-    on the hot path); folding takes the lock, detaches what each buffer holds and adds it up.
-    Distinct paths are capped: past `max_paths`, new paths are counted under `"other"` and
-    one warning is logged.
+    Producers (the timers of each thread, the span processor) keep raw durations of their own
+    and merge them here in batches, holding `lock`, which is also held across a whole
+    `reset()` so that a window closes at one instant. Distinct paths are capped: past
+    `max_paths`, new paths are counted under `"other"` and one warning is logged.
     """
 
     def __init__(self, *, max_paths: int = 1000, recorder: Recorder | None = None) -> None:
@@ -84,71 +95,37 @@ class Aggregator:
         self.max_paths = max_paths
         self.recorder = recorder
         self.overflowed = 0
-        self._lock = threading.Lock()
-        self._buffers: list[list[Entry]] = []
+        self.lock = threading.Lock()
         self._paths: dict[str, _PathAggregate] = {}
         self._known: set[str] = set()
-        self.shared = self.new_buffer()
 
-    def new_buffer(self) -> list[Entry]:
-        """Register and return a buffer for one producer (a thread's timers, a processor)."""
-        buffer: list[Entry] = []
-        with self._lock:
-            self._buffers.append(buffer)
-        return buffer
-
-    def release_buffer(self, buffer: list[Entry]) -> None:
-        """Fold what a finished producer left, then forget its buffer."""
-        with self._lock:
-            self._fold(buffer)
-            self._buffers = [b for b in self._buffers if b is not buffer]
-
-    def maybe_fold(self, buffer: list[Entry]) -> None:
-        """Fold one buffer once it is long enough, bounding memory between resets."""
-        if len(buffer) >= _FOLD_AT:
-            with self._lock:
-                self._fold(buffer)
+    def merge(self, path: str, durations: list[int], self_ns: int, errors: int) -> None:
+        """Add one producer's batch for `path`; the caller holds `lock`."""
+        if not durations:
+            return
+        durations.sort()
+        agg = self._paths.get(path)
+        if agg is None:
+            path = self._admit(path, len(durations))
+            agg = self._paths.get(path)
+            if agg is None:
+                agg = self._paths[path] = _PathAggregate()
+        agg.add_sorted(durations, self_ns, errors)
+        if self.recorder is not None:
+            self.recorder(path, durations)
 
     def snapshot(self, *, start_ns: int, end_ns: int, rank: int) -> Snapshot:
-        """Fold every buffer, return the window's statistics and start an empty window."""
-        with self._lock:
-            for buffer in self._buffers:
-                self._fold(buffer)
-            paths, self._paths = self._paths, {}
+        """Return the window's statistics and start an empty window; the caller holds `lock`."""
+        paths, self._paths = self._paths, {}
         stats = {path: agg.stats() for path, agg in paths.items()}
         return Snapshot(stats, start_ns=start_ns, end_ns=end_ns, rank=rank)
 
-    def clear(self) -> None:
-        """Drop every buffered and aggregated measurement (a forked child starts empty)."""
-        self._lock = threading.Lock()
-        for buffer in self._buffers:
-            buffer.clear()
+    def after_fork_in_child(self) -> None:
+        """Start empty with a fresh lock: a forked child counts only its own sections."""
+        self.lock = threading.Lock()
         self._paths = {}
 
-    def _fold(self, buffer: list[Entry]) -> None:
-        # Appends may race with this; they land after `n` and stay for the next fold.
-        n = len(buffer)
-        if n == 0:
-            return
-        entries = buffer[:n]
-        del buffer[:n]
-        paths = self._paths
-        recorded: list[Entry] | None = [] if self.recorder is not None else None
-        for path, duration_ns, self_ns, error in entries:
-            agg = paths.get(path)
-            key = path
-            if agg is None:
-                key = self._admit(path)
-                agg = paths.get(key)
-                if agg is None:
-                    agg = paths[key] = _PathAggregate()
-            agg.add(duration_ns, self_ns, error)
-            if recorded is not None:
-                recorded.append((key, duration_ns, self_ns, error))
-        if self.recorder is not None and recorded:
-            self.recorder(recorded)
-
-    def _admit(self, path: str) -> str:
+    def _admit(self, path: str, count: int) -> str:
         if path in self._known:
             return path
         if len(self._known) < self.max_paths:
@@ -162,5 +139,5 @@ class Aggregator:
                 path,
                 OTHER_PATH,
             )
-        self.overflowed += 1
+        self.overflowed += count
         return OTHER_PATH

@@ -10,19 +10,23 @@ from opentelemetry import metrics, trace
 from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 from opentelemetry.sdk.resources import HOST_NAME, SERVICE_INSTANCE_ID, SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
 
 from looptrace import __version__
 from looptrace._aggregator import Aggregator
 from looptrace._clock import Clock, MonotonicClock
+from looptrace._device import CudaEventClock, DeviceClock, SyncedClock
 from looptrace._engine import Engine
 from looptrace._errors import TimerError
 from looptrace._files import FileOutputs, PathLike
 from looptrace._health import Incidents
+from looptrace._ids import StepIdGenerator, StepTraces
 from looptrace._looptrace import Looptrace
 from looptrace._metrics import HistogramRecorder
 from looptrace._outputs import Outputs
 from looptrace._processor import SCOPE, AggregatingSpanProcessor
 from looptrace._ranks import RankInfo
+from looptrace._sampling import LapSampler
 
 
 def configure(
@@ -31,11 +35,15 @@ def configure(
     tracer_provider: trace.TracerProvider | None = None,
     meter_provider: metrics.MeterProvider | None = None,
     clock: Clock | None = None,
-    trace_every: int = 1,
+    trace_every: int | None = None,
+    trace_first: int | None = None,
     rank: RankInfo | None = None,
+    run_id: str | None = None,
     max_paths: int = 1000,
     trace_file: PathLike | None = None,
     snapshot_file: PathLike | None = None,
+    device_clock: DeviceClock | None = None,
+    device_sync: bool = False,
 ) -> Looptrace:
     """Set up looptrace and return the handle that makes timers and resets windows.
 
@@ -49,9 +57,16 @@ def configure(
             defaults to the global provider when that is an SDK one.
         clock: the time source (default: `time.perf_counter_ns` with one `time_ns` anchor);
             tests pass `looptrace.testing.FakeClock()`.
-        trace_every: trace the outermost laps whose index is a multiple of this (1: every
-            step, 0: none). Every section is aggregated either way.
+        trace_every: trace the outermost laps (steps) whose index is a multiple of this;
+            1 traces every step, 0 none. Every section is aggregated either way.
+        trace_first: also trace the first this many steps. Without either argument the
+            policy comes from `OTEL_TRACES_SAMPLER`, else the first 10 steps and every 100th
+            (see `LapSampler`); `trace_every` alone means exactly that (`trace_first=0`).
         rank: override the rank detected from the launcher's environment.
+        run_id: identifies the run for trace ids shared by all ranks (one trace per step);
+            falls back to `LOOPTRACE_RUN_ID`, then the launcher's job id (torchrun's
+            `TORCHELASTIC_RUN_ID`, Slurm's `SLURM_JOB_ID.SLURM_STEP_ID`, Open MPI's job id).
+            Without any, every lap gets random ids.
         max_paths: distinct section paths kept apart; later ones count under `"other"`.
         trace_file: also append spans to this file as OTLP/JSON lines (one export batch per
             line; needs the `files` extra); falls back to `LOOPTRACE_TRACE_FILE`. A `{rank}`
@@ -61,10 +76,14 @@ def configure(
         snapshot_file: append every `reset()` window's statistics to this file as one JSON
             line (step, time, rank, per-path statistics); falls back to
             `LOOPTRACE_SNAPSHOT_FILE`; named per rank like `trace_file`.
+        device_clock: the events device timers use (default: CUDA events through torch,
+            made when the first device timer starts); tests pass
+            `looptrace.testing.FakeDeviceClock()`.
+        device_sync: wait for the device at every timer call and time everything on the
+            host clock: host-aligned numbers, at the cost of a synchronize per boundary.
 
     """
-    if isinstance(trace_every, bool) or not isinstance(trace_every, int) or trace_every < 0:
-        raise TimerError(f"trace_every must be an int >= 0, got {trace_every!r}")
+    sampler = LapSampler.resolve(trace_every, trace_first)
     if max_paths < 1:
         raise TimerError(f"max_paths must be at least 1, got {max_paths!r}")
     rank = RankInfo.from_env() if rank is None else rank
@@ -95,10 +114,15 @@ def configure(
 
     tracer: trace.Tracer | None = None
     provider: trace.TracerProvider | None = None
+    step_traces: StepTraces | None = None
+    processor: AggregatingSpanProcessor | None = None
     if not disabled:
         provider = tracer_provider or _global_sdk_tracer_provider()
         if provider is None:
-            provider = SdkTracerProvider(resource=resource)
+            # looptrace samples whole steps itself (LapSampler); the SDK keeps what it gets.
+            provider = SdkTracerProvider(
+                resource=resource, sampler=ParentBased(ALWAYS_ON), id_generator=StepIdGenerator()
+            )
             _keep_instance_id_after_fork(provider, rank.instance_id)
             trace.set_tracer_provider(provider)
         processor = AggregatingSpanProcessor(aggregator, incidents)
@@ -109,15 +133,23 @@ def configure(
             outputs.on_shutdown.append(provider.force_flush)
         outputs.on_shutdown.append(processor.shutdown)
         tracer = provider.get_tracer(SCOPE, __version__)
+        step_traces = _step_traces(provider, rank, run_id)
 
+    host_clock = clock or MonotonicClock()
+    if device_sync:
+        host_clock = SyncedClock(host_clock, device_clock or _cuda_clock("device_sync=True"))
     engine = Engine(
-        clock=clock or MonotonicClock(),
+        clock=host_clock,
         aggregator=aggregator,
         tracer=tracer,
-        trace_every=trace_every,
+        sampler=sampler,
+        step_traces=step_traces,
         span_attributes=rank.span_attributes(),
         incidents=incidents,
+        device_clock=None if device_sync else device_clock,
     )
+    if device_sync:
+        engine.device.disable()  # every boundary is already host-aligned
     files.attach(provider, outputs, step=engine.steps_done)
     return Looptrace(
         engine=engine,
@@ -125,6 +157,7 @@ def configure(
         incidents=incidents,
         rank=rank,
         outputs=outputs,
+        processor=processor,
     )
 
 
@@ -138,6 +171,24 @@ def looptrace_resource(service_name: str, rank: RankInfo) -> Resource:
             **rank.attributes(),
         }
     )
+
+
+def _cuda_clock(setting: str) -> CudaEventClock:
+    try:
+        return CudaEventClock()
+    except Exception as error:
+        raise TimerError(f"{setting} needs a CUDA device: {error}") from None
+
+
+def _step_traces(
+    provider: trace.TracerProvider, rank: RankInfo, run_id: str | None
+) -> StepTraces | None:
+    """Shared step traces need a run id and a provider whose ids looptrace can pin."""
+    run = run_id or os.environ.get("LOOPTRACE_RUN_ID") or rank.job_id
+    generator = getattr(provider, "id_generator", None)
+    if not run or not isinstance(generator, StepIdGenerator):
+        return None
+    return StepTraces(run, rank.rank, generator)
 
 
 def _global_sdk_tracer_provider() -> SdkTracerProvider | None:

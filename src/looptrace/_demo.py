@@ -109,35 +109,28 @@ def run_demo(
 def _configure(
     clock: FakeClock, provider: TracerProvider, directory: Path | None
 ) -> tuple[Looptrace, Path | None, Path | None]:
-    """Return the demo's looptrace and the span and snapshot files it writes."""
-    if directory is None:
-        return (
-            configure("looptrace-demo", clock=clock, rank=RankInfo(), tracer_provider=provider),
-            None,
-            None,
+    """Return the demo's looptrace (every step traced) and the span and snapshot files."""
+
+    def make(trace_file: Path | None = None, snapshot_file: Path | None = None) -> Looptrace:
+        return configure(
+            "looptrace-demo",
+            clock=clock,
+            rank=RankInfo(),
+            tracer_provider=provider,
+            trace_every=1,
+            trace_file=trace_file,
+            snapshot_file=snapshot_file,
         )
+
+    if directory is None:
+        return make(), None, None
     spans, snapshots = directory / SPAN_FILE, directory / SNAPSHOT_FILE
     spans.unlink(missing_ok=True)
     snapshots.unlink(missing_ok=True)
     try:
-        lt = configure(
-            "looptrace-demo",
-            clock=clock,
-            rank=RankInfo(),
-            tracer_provider=provider,
-            trace_file=spans,
-            snapshot_file=snapshots,
-        )
+        return make(trace_file=spans, snapshot_file=snapshots), spans, snapshots
     except TimerError:  # no OTLP encoder (the `files` extra): snapshots only
-        lt = configure(
-            "looptrace-demo",
-            clock=clock,
-            rank=RankInfo(),
-            tracer_provider=provider,
-            snapshot_file=snapshots,
-        )
-        return lt, None, snapshots
-    return lt, spans, snapshots
+        return make(snapshot_file=snapshots), None, snapshots
 
 
 def demo_report(result: DemoResult) -> str:

@@ -10,69 +10,24 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Status, StatusCode
 
-from looptrace._aggregator import Aggregator, Entry
+from looptrace._aggregator import FOLD_AT, Aggregator
+from looptrace._attributes import PATH, STEP
 from looptrace._clock import Clock, EpochAnchor
+from looptrace._device import DeviceClock, DeviceTiming
 from looptrace._health import Incidents
+from looptrace._ids import StepTraces
+from looptrace._intervals import Holder, Interval, ThreadState
+from looptrace._sampling import LapSampler
 
 if TYPE_CHECKING:
     from looptrace._timer import Timer
 
-PATH = "looptrace.path"
-STEP = "looptrace.step"
-THREAD_ID = "thread.id"
-THREAD_NAME = "thread.name"
-
-
-class Interval:
-    """One running measurement of a timer in one thread.
-
-    `seg_start` and `seg_child` describe the part inside the current reset window: `reset()`
-    moves `seg_start` to the cut and zeroes `seg_child`, the children's time in that part.
-    """
-
-    __slots__ = ("children", "node", "parent", "seg_child", "seg_start", "span", "step")
-
-    def __init__(
-        self, node: Timer, parent: Interval | None, now: int, step: int, span: trace.Span | None
-    ) -> None:
-        self.node = node
-        self.parent = parent
-        self.children: list[Interval] = []
-        self.seg_start = now
-        self.seg_child = 0
-        self.step = step
-        self.span = span
-
-
-class ThreadState:
-    """The running intervals of one thread; its lock is only contended by `reset()`."""
-
-    __slots__ = ("buffer", "laps", "lock", "stacks", "thread", "tops")
-
-    def __init__(self, buffer: list[Entry]) -> None:
-        self.lock = threading.Lock()
-        self.buffer = buffer
-        self.stacks: dict[Timer, list[Interval]] = {}
-        self.tops: list[Interval] = []
-        self.laps: dict[Timer, int] = {}
-        # Made in the thread it describes; spans carry it so viewers can lay threads apart.
-        self.thread: dict[str, str | int] = {
-            THREAD_ID: threading.get_ident(),
-            THREAD_NAME: threading.current_thread().name,
-        }
-
-
-class _Holder:
-    """Lives in the thread-local slot; when the thread exits it dies and closes the state."""
-
-    __slots__ = ("__weakref__", "state")
-
-    def __init__(self, state: ThreadState) -> None:
-        self.state = state
-
 
 class Engine:
-    """Shared machinery of one `Looptrace`: clock, aggregation, tracing and thread states."""
+    """Shared machinery of one `Looptrace`: clock, tracing, and every thread's timers.
+
+    Lock order: the aggregator's lock before any thread state's lock.
+    """
 
     def __init__(
         self,
@@ -80,43 +35,43 @@ class Engine:
         clock: Clock,
         aggregator: Aggregator,
         tracer: trace.Tracer | None,
-        trace_every: int,
+        sampler: LapSampler,
+        step_traces: StepTraces | None = None,
         span_attributes: dict[str, int],
         incidents: Incidents,
+        device_clock: DeviceClock | None = None,
     ) -> None:
         self.now = clock.monotonic_ns
         self.anchor = EpochAnchor(clock)
         self.aggregator = aggregator
         self.tracer = tracer
-        self.trace_every = trace_every
+        self.sampler = sampler
+        self.step_traces = step_traces
         self.span_attributes = span_attributes
         self.incidents = incidents
         self.closed = False
-        self._local = threading.local()
+        self.local = threading.local()
         self._states: dict[int, ThreadState] = {}
         self._states_lock = threading.Lock()
+        self.device = DeviceTiming(device_clock, tracer, self.anchor, incidents, self._span_base)
 
     # -- thread states -------------------------------------------------------------------
 
     def state(self) -> ThreadState:
         """Return the calling thread's state, creating it on first use."""
         try:
-            return self._local.holder.state  # type: ignore[no-any-return]
+            return self.local.state  # type: ignore[no-any-return]
         except AttributeError:
             pass
-        state = ThreadState(self.aggregator.new_buffer())
-        holder = _Holder(state)
+        state = ThreadState()
+        holder = Holder(state)
         finalizer = weakref.finalize(holder, self._thread_exited, state)
         finalizer.atexit = False
         with self._states_lock:
             self._states[id(state)] = state
-        self._local.holder = holder
+        self.local.holder = holder
+        self.local.state = state
         return state
-
-    def states(self) -> list[ThreadState]:
-        """Return every live thread's state."""
-        with self._states_lock:
-            return list(self._states.values())
 
     def steps_done(self) -> int | None:
         """Return how many outermost laps the calling thread has completed (None: no laps).
@@ -124,77 +79,136 @@ class Engine:
         With several outermost timers, the largest count. It is the step a `reset()` window
         closes at: the spans of that window have `looptrace.step` below it.
         """
-        holder = getattr(self._local, "holder", None)
-        if holder is None or not holder.state.laps:
+        state: ThreadState | None = getattr(self.local, "state", None)
+        if state is None:
             return None
-        state: ThreadState = holder.state
         running = {interval.node for interval in state.tops}
-        return max(n - (timer in running) for timer, n in state.laps.items())
+        done = [node.laps - (timer in running) for timer, node in state.nodes.items() if node.laps]
+        return max(done, default=None)
+
+    def merge_pending(self, state: ThreadState) -> None:
+        """Merge a thread's pending measurements into the window (bounds memory)."""
+        aggregator = self.aggregator
+        with aggregator.lock:
+            with state.lock:
+                batches = state.detach_all()
+            for batch in batches:
+                aggregator.merge(*batch)
+
+    def close_window(self, now: int) -> None:
+        """Cut every running interval at `now` and merge everything measured before it.
+
+        The caller holds the aggregator's lock, so no measurement after the cut can reach
+        this window.
+        """
+        with self._states_lock:
+            states = list(self._states.values())
+        aggregator = self.aggregator
+        for state in states:
+            with state.lock:
+                for top in state.tops:
+                    self.cut(state, top, now)
+                batches = self._drain(state)
+            for batch in batches:
+                aggregator.merge(*batch)
 
     def _thread_exited(self, state: ThreadState) -> None:
         """Close what a finished thread left running, so it is not carried into later windows."""
-        with state.lock:
-            now = self.now()
-            for top in reversed(state.tops):
-                self.end(state, top, now)
+        aggregator = self.aggregator
+        with aggregator.lock:
+            with state.lock:
+                now = self.now()
+                for top in reversed(state.tops):
+                    self.end(state, top, now)
+                batches = self._drain(state)
+            for batch in batches:
+                aggregator.merge(*batch)
         with self._states_lock:
             self._states.pop(id(state), None)
-        self.aggregator.release_buffer(state.buffer)
+
+    def _drain(self, state: ThreadState) -> list[tuple[str, list[int], int, int]]:
+        """Wait for the thread's device events and hand over all it measured; holds its lock."""
+        if state.device is not None:
+            self.device.resolve(state, wait=True)
+        return state.detach_all()
 
     def after_fork_in_child(self) -> None:
         """Keep only the forking thread's state, with fresh locks and nothing counted yet."""
-        current = getattr(self._local, "holder", None)
+        state: ThreadState | None = getattr(self.local, "state", None)
         self._states_lock = threading.Lock()
         self._states = {}
-        if current is None:
+        if state is None:
             return
-        state: ThreadState = current.state
         state.lock = threading.Lock()
+        state.detach_all()
         self._states[id(state)] = state
         now = self.now()
         pending = list(state.tops)
         while pending:
             interval = pending.pop()
-            interval.seg_start, interval.seg_child, interval.span = now, 0, None
+            interval.seg_start, interval.seg_child = now, 0
+            interval.span = interval.context = None
+            interval.device = None  # a forked child cannot use its parent's device context
             pending.extend(interval.children)
+        state.device = None
 
     # -- intervals -----------------------------------------------------------------------
 
     def parent_for(self, state: ThreadState, node: Timer) -> Interval | None:
         """Return the innermost running interval of the nearest running ancestor of `node`."""
         ancestor = node.parent
+        nodes = state.nodes
         while ancestor is not None:
-            stack = state.stacks.get(ancestor)
-            if stack:
-                return stack[-1]
+            found = nodes.get(ancestor)
+            if found is not None and found.stack:
+                return found.stack[-1]
             ancestor = ancestor.parent
         return None
 
     def start(self, state: ThreadState, node: Timer, now: int, parent: Interval | None) -> Interval:
         """Start an interval of `node` at `now`, nested in `parent` (None: a new outermost lap)."""
-        span: trace.Span | None = None
+        node_state = state.nodes.get(node) or state.node(node)
         if parent is None:
-            step = state.laps.get(node, 0)
-            state.laps[node] = step + 1
-            if self.tracer is not None and self.trace_every and step % self.trace_every == 0:
-                span = self._start_span(state, node, Context(), now, step)
+            step = node_state.laps
+            node_state.laps = step + 1
+            context = self._lap_context(node, step)
         else:
             step = parent.step
-            if parent.span is not None:
-                span = self._start_span(
-                    state, node, trace.set_span_in_context(parent.span, Context()), now, step
-                )
-        interval = Interval(node, parent, now, step, span)
+            no_trace = parent.span is None and parent.device is None
+            context = None if no_trace else self._child_context(parent)
+        if node.device and self.device.available():
+            interval = Interval(node, node_state, parent, now, step, None)
+            self.device.open(state, interval, context, now)
+        else:
+            span = None if context is None else self._start_span(state, node, context, now, step)
+            interval = Interval(node, node_state, parent, now, step, span)
         if parent is None:
+            if context is not None and self.step_traces is not None:
+                self.step_traces.done()  # a device lap's span comes later, without pinned ids
             state.tops.append(interval)
         else:
             parent.children.append(interval)
-        stack = state.stacks.get(node)
-        if stack is None:
-            state.stacks[node] = [interval]
-        else:
-            stack.append(interval)
+        node_state.stack.append(interval)
         return interval
+
+    def _lap_context(self, node: Timer, step: int) -> Context | None:
+        """Return the parent context of a traced outermost lap, None when it is not traced."""
+        if self.tracer is None or not self.sampler(step):
+            return None
+        if self.step_traces is None:
+            return Context()
+        return self.step_traces.context_for(node.path, step)
+
+    def _child_context(self, parent: Interval) -> Context | None:
+        """Return the parent context of a section of a traced interval, else None."""
+        if parent.span is not None:
+            context = parent.context
+            if context is None:
+                context = parent.context = trace.set_span_in_context(parent.span, Context())
+            return context
+        if parent.device is not None and parent.device.span is not None:
+            return self._host_context(parent)
+        return None
 
     def end(
         self, state: ThreadState, interval: Interval, now: int, error: BaseException | None = None
@@ -204,29 +218,128 @@ class Engine:
         while children:
             self.end(state, children[-1], now)
         duration = now - interval.seg_start
-        node = interval.node
-        state.buffer.append((node.path, duration, duration - interval.seg_child, error is not None))
+        node_state = interval.state
+        if interval.device is None:
+            node_state.durations.append(duration)
+            node_state.self_ns += duration - interval.seg_child
+            if error is not None:
+                node_state.errors += 1
+            if len(node_state.durations) >= FOLD_AT:
+                state.full = True
+        else:
+            self.device.close(state, interval, error)
         parent = interval.parent
         if parent is None:
             state.tops.remove(interval)
         else:
             parent.children.remove(interval)
             parent.seg_child += duration
-        stack = state.stacks[node]
+        stack = node_state.stack
         if stack[-1] is interval:
             stack.pop()
         else:
             stack.remove(interval)
-        span = interval.span
-        if span is not None:
-            self._end_span(span, now, error)
+        if interval.span is not None:
+            self._end_span(interval.span, now, error)
+        if parent is None and state.device is not None and state.device.pending:
+            self.device.resolve(state, wait=False)
 
-    def close_siblings(self, state: ThreadState, mine: Interval, keep: Timer, now: int) -> None:
-        """End the running children of `mine` other than those of timer `keep`."""
+    def lap(self, state: ThreadState, interval: Interval, now: int) -> None:
+        """End `interval` and start the next one of its timer at the same instant.
+
+        When neither the ended nor the next interval is traced or held by a section entry,
+        the object is reused in place: the result equals `end()` then `start()`.
+        """
+        node = interval.node
+        parent = self.parent_for(state, node)
+        node_state = interval.state
+        in_place = (
+            not interval.held
+            and interval.span is None
+            and interval.device is None
+            and parent is interval.parent
+        )
+        if in_place:
+            if parent is None:
+                in_place = self.tracer is None or not self.sampler(node_state.laps)
+            else:
+                in_place = self._child_context(parent) is None
+        if not in_place:
+            self.end(state, interval, now)
+            self.start(state, node, now, parent)
+            return
+        children = interval.children
+        while children:
+            self.end(state, children[-1], now)
+        duration = now - interval.seg_start
+        node_state.durations.append(duration)
+        node_state.self_ns += duration - interval.seg_child
+        if len(node_state.durations) >= FOLD_AT:
+            state.full = True
+        if parent is None:
+            interval.step = node_state.laps
+            node_state.laps += 1
+            if state.device is not None and state.device.pending:
+                self.device.resolve(state, wait=False)
+        else:
+            parent.seg_child += duration
+        interval.seg_start = now
+        interval.seg_child = 0
+
+    def switch(self, state: ThreadState, current: Interval, child: Timer, now: int) -> bool:
+        """Do `record(child)` in place when `current` runs exactly one untraced leaf section.
+
+        The common step of a loop (`data` -> `forward` -> `backward`) ends that section and
+        reuses its interval object for `child`, with no allocation and no list surgery; the
+        result is the same as `end()` followed by `start()`. Returns False, changing nothing,
+        when the general path is needed.
+        """
+        children = current.children
+        if len(children) != 1 or current.span is not None or current.device is not None:
+            return False
+        sibling = children[0]
+        if sibling.children or sibling.held or sibling.device is not None or child.device:
+            return False
+        ended = sibling.state
+        if sibling.node is child:
+            target = ended
+        else:
+            found = state.nodes.get(child)
+            if found is None or found.stack:
+                return False
+            target = found
+        stack = ended.stack
+        if stack[-1] is not sibling:
+            return False
+        duration = now - sibling.seg_start
+        ended.durations.append(duration)
+        ended.self_ns += duration - sibling.seg_child
+        if len(ended.durations) >= FOLD_AT:
+            state.full = True
+        current.seg_child += duration
+        stack.pop()
+        sibling.node = child
+        sibling.state = target
+        sibling.seg_start = now
+        sibling.seg_child = 0
+        target.stack.append(sibling)
+        return True
+
+    def switch_to(self, state: ThreadState, owner: Timer, child: Timer, now: int) -> Interval:
+        """Make `owner` run (starting it if needed) with no section but `child` running.
+
+        Returns the owner's innermost running interval, the parent for `child`.
+        """
+        mine = state.nodes.get(owner)
+        if mine is not None and mine.stack:
+            current = mine.stack[-1]
+        else:
+            current = self.start(state, owner, now, self.parent_for(state, owner))
         # Ending a sibling removes only that sibling from the list, behind this iterator.
-        for sibling in reversed(mine.children):
-            if sibling.node is not keep:
+        for sibling in reversed(current.children):
+            if sibling.node is not child:
                 self.end(state, sibling, now)
+        return current
 
     def cut(self, state: ThreadState, interval: Interval, now: int) -> None:
         """Count the part of a running interval before `now`; the rest goes to the next window."""
@@ -234,38 +347,64 @@ class Engine:
             self.cut(state, child, now)
         duration = now - interval.seg_start
         if duration > 0:
-            state.buffer.append(
-                (interval.node.path, duration, duration - interval.seg_child, False)
-            )
+            if interval.device is None:
+                node_state = interval.state
+                node_state.durations.append(duration)
+                node_state.self_ns += duration - interval.seg_child
+            else:
+                self.device.cut(state, interval)
             if interval.parent is not None:
                 interval.parent.seg_child += duration
         interval.seg_start = now
         interval.seg_child = 0
 
+    def _host_context(self, interval: Interval) -> Context:
+        """Return the span context of the nearest host-traced ancestor (device spans wait)."""
+        found: Interval | None = interval
+        while found is not None and found.span is None:
+            found = found.parent
+        if found is None or found.span is None:
+            return Context()
+        if found.context is None:
+            found.context = trace.set_span_in_context(found.span, Context())
+        return found.context
+
     # -- spans ---------------------------------------------------------------------------
 
     def _start_span(
         self, state: ThreadState, node: Timer, context: Context, now: int, step: int
-    ) -> trace.Span:
+    ) -> trace.Span | None:
         assert self.tracer is not None
-        attributes: dict[str, str | int] = {
-            PATH: node.path,
-            STEP: step,
-            **self.span_attributes,
-            **state.thread,
-        }
-        return self.tracer.start_span(
-            node.name,
-            context=context,
-            attributes=attributes,
-            start_time=self.anchor.epoch_ns(now),
-            record_exception=False,
-            set_status_on_exception=False,
-        )
+        try:
+            return self.tracer.start_span(
+                node.name,
+                context=context,
+                attributes={**self._span_base(node, state), STEP: step},
+                start_time=self.anchor.epoch_ns(now),
+                record_exception=False,
+                set_status_on_exception=False,
+            )
+        except Exception:  # a failing processor must not break the loop: time it untraced
+            self.incidents.failed("span start")
+            return None
+
+    def _span_base(self, node: Timer, state: ThreadState) -> dict[str, str | int]:
+        """Return the attributes every span of `node` timed in `state`'s thread starts with."""
+        base = state.span_bases.get(node)
+        if base is None:
+            base = state.span_bases[node] = {
+                PATH: node.path,
+                **self.span_attributes,
+                **state.thread,
+            }
+        return base
 
     def _end_span(self, span: trace.Span, now: int, error: BaseException | None) -> None:
         end_ns = self.anchor.epoch_ns(now)
-        if error is not None:
-            span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
-            span.record_exception(error, timestamp=end_ns)
-        span.end(end_time=end_ns)
+        try:
+            if error is not None:
+                span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
+                span.record_exception(error, timestamp=end_ns)
+            span.end(end_time=end_ns)
+        except Exception:
+            self.incidents.failed("span end")

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import os
-import threading
 import weakref
 from collections.abc import Callable
 
 from looptrace._aggregator import Aggregator
+from looptrace._distributed import across_ranks as reduce_across_ranks
 from looptrace._engine import Engine
 from looptrace._health import Health, Incidents
 from looptrace._outputs import Outputs
+from looptrace._processor import AggregatingSpanProcessor
 from looptrace._ranks import RankInfo
 from looptrace._snapshot import Snapshot
 from looptrace._timer import Timer
@@ -30,13 +31,14 @@ class Looptrace:
         incidents: Incidents,
         rank: RankInfo,
         outputs: Outputs,
+        processor: AggregatingSpanProcessor | None,
     ) -> None:
         self._engine = engine
         self._aggregator = aggregator
         self._incidents = incidents
         self.rank = rank
         self._outputs = outputs
-        self._reset_lock = threading.Lock()
+        self._processor = processor
         self._window_start = engine.now()
         self.root = Timer(engine, "root", None)
         if hasattr(os, "register_at_fork"):
@@ -45,35 +47,45 @@ class Looptrace:
     def __repr__(self) -> str:
         return f"Looptrace(rank={self.rank.rank}, closed={self._engine.closed})"
 
-    def timer(self, name: str) -> Timer:
+    def timer(self, name: str, *, device: bool | None = None) -> Timer:
         """Return the timer `root.<name>` (the same object on every call).
 
         Timers made here are independent: starting or lapping one never ends another.
+        `device=True` times it on the GPU (see `Timer.timer`).
         """
-        return self.root.timer(name)
+        return self.root.timer(name, device=device)
 
-    def reset(self) -> Snapshot:
+    def reset(self, *, across_ranks: bool = False) -> Snapshot:
         """Close the window at one instant and return its statistics per path.
 
         Running sections contribute their part before the cut and keep running into the next
         window. The histogram metric is flushed to the configured exporters.
+
+        With `across_ranks=True` and an initialised `torch.distributed` process group the
+        snapshot also carries `across_ranks`: per path of any rank, the min / max / mean over
+        ranks and the slowest rank (see `SectionSpread`). It runs collectives, so every rank
+        must call it at the same point. Without a process group it is a no-op: the snapshot
+        holds this rank's data and `across_ranks` is None.
         """
         engine = self._engine
-        with self._reset_lock:
+        aggregator = self._aggregator
+        with aggregator.lock:
             now = engine.now()
             start, self._window_start = self._window_start, now
             if engine.closed:
                 self._incidents.misused("closed", "reset() after shutdown()")
-                return Snapshot({}, start_ns=0, end_ns=0, rank=self.rank.rank)
-            for state in engine.states():
-                with state.lock:
-                    for top in state.tops:
-                        engine.cut(state, top, now)
-            snapshot = self._aggregator.snapshot(
+                closed = Snapshot({}, start_ns=0, end_ns=0, rank=self.rank.rank)
+                return reduce_across_ranks(closed, self._incidents) if across_ranks else closed
+            engine.close_window(now)
+            if self._processor is not None:
+                self._processor.merge_pending()
+            snapshot = aggregator.snapshot(
                 start_ns=engine.anchor.epoch_ns(start),
                 end_ns=engine.anchor.epoch_ns(now),
                 rank=self.rank.rank,
             )
+        if across_ranks:
+            snapshot = reduce_across_ranks(snapshot, self._incidents)
         for sink in self._outputs.on_reset:
             try:
                 sink(snapshot)
@@ -107,8 +119,7 @@ class Looptrace:
                 self._incidents.failed(f"shutdown of {close!r}")
 
     def _after_fork_in_child(self) -> None:
-        self._reset_lock = threading.Lock()
-        self._aggregator.clear()
+        self._aggregator.after_fork_in_child()
         self._engine.after_fork_in_child()
         self._window_start = self._engine.now()
 

@@ -7,19 +7,17 @@ from collections.abc import Sequence
 from opentelemetry.metrics import MeterProvider
 
 from looptrace import __version__
-from looptrace._aggregator import Entry
+from looptrace._attributes import PATH, SPAN_NAME
 from looptrace._buckets import BOUNDARIES_S
-from looptrace._engine import PATH
 from looptrace._health import Incidents
 
 DURATION_METRIC = "looptrace.section.duration"
-SPAN_NAME = "span.name"
 
 
 class HistogramRecorder:
     """Records each folded duration through `looptrace.section.duration` (unit `s`).
 
-    Folding happens at `reset()` (or when a thread's buffer fills), never per section, so no
+    Batches are merged at `reset()` (or when a thread holds thousands), never per section, so no
     metrics-API call sits on the hot path. The instrument asks for looptrace's explicit
     second boundaries, never the SDK's millisecond defaults.
     """
@@ -38,14 +36,14 @@ class HistogramRecorder:
         self._base = attributes
         self._attributes: dict[str, dict[str, str | int]] = {}
 
-    def __call__(self, entries: Sequence[Entry]) -> None:
+    def __call__(self, path: str, durations_ns: Sequence[int]) -> None:
         """Record one value per measurement; a failing SDK is counted, never raised."""
-        record = self._histogram.record
         try:
-            for path, duration_ns, _self_ns, _error in entries:
-                attributes = self._attributes.get(path)
-                if attributes is None:
-                    attributes = self._attributes[path] = self.attributes_of(path)
+            attributes = self._attributes.get(path)
+            if attributes is None:
+                attributes = self._attributes[path] = self.attributes_of(path)
+            record = self._histogram.record
+            for duration_ns in durations_ns:
                 record(duration_ns / 1e9, attributes)
         except Exception:
             self._incidents.failed("HistogramRecorder")

@@ -8,9 +8,10 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import StatusCode
 
-from looptrace._aggregator import Aggregator
-from looptrace._engine import PATH
+from looptrace._aggregator import FOLD_AT, Aggregator
+from looptrace._attributes import PATH
 from looptrace._health import Incidents
+from looptrace._intervals import NodeState
 
 SCOPE = "looptrace"
 _MAX_OPEN_PARENTS = 65_536
@@ -28,6 +29,7 @@ class AggregatingSpanProcessor(SpanProcessor):
         self._aggregator = aggregator
         self._incidents = incidents
         self._child_ns: dict[int, int] = {}
+        self._pending: dict[str, NodeState] = {}
         self._lock = threading.Lock()
         self.enabled = True
 
@@ -43,6 +45,10 @@ class AggregatingSpanProcessor(SpanProcessor):
             if span.start_time is None or span.end_time is None or span.context is None:
                 return
             duration = span.end_time - span.start_time
+            attributes = span.attributes or {}
+            path = attributes.get(PATH)
+            if not isinstance(path, str):
+                path = span.name
             parent = span.parent
             with self._lock:
                 children = self._child_ns.pop(span.context.span_id, 0)
@@ -52,14 +58,26 @@ class AggregatingSpanProcessor(SpanProcessor):
                     self._child_ns[parent.span_id] = (
                         self._child_ns.get(parent.span_id, 0) + duration
                     )
-            attributes = span.attributes or {}
-            path = attributes.get(PATH)
-            error = span.status.status_code is StatusCode.ERROR
-            self._aggregator.shared.append(
-                (path if isinstance(path, str) else span.name, duration, duration - children, error)
-            )
+                pending = self._pending.get(path)
+                if pending is None:
+                    pending = self._pending[path] = NodeState(path)
+                pending.durations.append(duration)
+                pending.self_ns += duration - children
+                pending.errors += span.status.status_code is StatusCode.ERROR
+                full = len(pending.durations) >= FOLD_AT
+            if full:
+                with self._aggregator.lock:
+                    self.merge_pending()
         except Exception:
             self._incidents.failed("AggregatingSpanProcessor.on_end")
+
+    def merge_pending(self) -> None:
+        """Merge the spans folded so far into the window; the caller holds its lock."""
+        with self._lock:
+            batches = [state.detach() for state in self._pending.values() if state.durations]
+            self._pending.clear()
+        for batch in batches:
+            self._aggregator.merge(*batch)
 
     def shutdown(self) -> None:
         """Stop aggregating; the aggregator belongs to looptrace and outlives the provider."""

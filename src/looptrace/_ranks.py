@@ -103,6 +103,9 @@ class RankInfo:
             if names["rank"] not in env:
                 continue
             values = {field: env.get(var) for field, var in names.items()}
+            if launcher == "slurm" and values.get("job_id") and env.get("SLURM_STEP_ID"):
+                # Job steps of one allocation are separate runs: tell them apart.
+                values["job_id"] = f"{values['job_id']}.{env['SLURM_STEP_ID']}"
             rank = _int(names["rank"], values["rank"], 0)
             return cls(
                 rank=rank,

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass
+from types import MappingProxyType
+from typing import Any
 
 from looptrace._buckets import BOUNDARIES_S
+from looptrace._spread import SectionSpread
 
 # The statistics `as_metrics()` flattens, in this order.
 METRIC_STATS = ("count", "total", "mean", "min", "max", "std", "p50", "p90", "p99", "self_time")
@@ -42,19 +46,34 @@ class SectionStats:
 
 
 class Snapshot(Mapping[str, SectionStats]):
-    """Statistics per section path since the previous `reset()`; a read-only mapping."""
+    """Statistics per section path since the previous `reset()`; a read-only mapping.
 
-    __slots__ = ("_stats", "end_ns", "rank", "start_ns")
+    The mapping holds this rank's statistics. `across_ranks` holds, per path of any rank, how
+    they spread over the ranks of the job when the window was reduced by
+    `reset(across_ranks=True)`; it is None when the snapshot holds this rank's data only (not
+    asked for, or no initialised `torch.distributed` process group).
+    """
+
+    __slots__ = ("_stats", "across_ranks", "end_ns", "rank", "start_ns")
 
     boundaries: tuple[float, ...] = BOUNDARIES_S
 
     def __init__(
-        self, stats: Mapping[str, SectionStats], *, start_ns: int, end_ns: int, rank: int
+        self,
+        stats: Mapping[str, SectionStats],
+        *,
+        start_ns: int,
+        end_ns: int,
+        rank: int,
+        across_ranks: Mapping[str, SectionSpread] | None = None,
     ) -> None:
         self._stats = dict(sorted(stats.items()))
         self.start_ns = start_ns
         self.end_ns = end_ns
         self.rank = rank
+        self.across_ranks: Mapping[str, SectionSpread] | None = (
+            None if across_ranks is None else MappingProxyType(dict(sorted(across_ranks.items())))
+        )
 
     def __getitem__(self, path: str) -> SectionStats:
         return self._stats[path]
@@ -68,15 +87,28 @@ class Snapshot(Mapping[str, SectionStats]):
     def __repr__(self) -> str:
         return f"Snapshot({len(self)} paths, rank {self.rank})"
 
-    def to_dict(self) -> dict[str, dict[str, float | int | list[int]]]:
-        """Return `{path: {stat: value}}` as plain data."""
-        return {path: stats.to_dict() for path, stats in self._stats.items()}
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        """Return `{path: {stat: value}}` as plain data.
+
+        With cross-rank data, one more key, `"across_ranks"`, holds
+        `{path: {"ranks": n, "absent": [...], stat: {min, max, mean, slowest_rank}}}`.
+        """
+        data: dict[str, dict[str, Any]] = {
+            path: stats.to_dict() for path, stats in self._stats.items()
+        }
+        if self.across_ranks is not None:
+            data["across_ranks"] = {
+                path: spread.to_dict() for path, spread in self.across_ranks.items()
+            }
+        return data
 
     def as_metrics(self, prefix: str = "timing") -> dict[str, float]:
         """Return flat `{prefix}.{path}.{stat}` metrics for an experiment logger.
 
-        Statistics that are undefined for a window (NaN) are left out, since most loggers
-        reject them.
+        With cross-rank data, every path of any rank adds `{prefix}.{path}.ranks` and
+        `{prefix}.{path}.{stat}.min_rank`, `.max_rank`, `.mean_rank` and `.slowest_rank`
+        for each statistic of `SPREAD_STATS`. Statistics that are undefined for a window (NaN)
+        are left out, since most loggers reject them.
         """
         head = f"{prefix}." if prefix else ""
         flat: dict[str, float] = {}
@@ -85,4 +117,13 @@ class Snapshot(Mapping[str, SectionStats]):
                 value = float(getattr(stats, name))
                 if not math.isnan(value):
                     flat[f"{head}{path}.{name}"] = value
+        if self.across_ranks is not None:
+            for path, spread in self.across_ranks.items():
+                flat.update(spread.metrics(f"{head}{path}"))
         return flat
+
+    def _with_across_ranks(self, across_ranks: Mapping[str, SectionSpread]) -> Snapshot:
+        """Return a copy of this snapshot that carries cross-rank data."""
+        reduced = copy.copy(self)
+        reduced.across_ranks = MappingProxyType(dict(sorted(across_ranks.items())))
+        return reduced

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import functools
-import threading
 from collections.abc import Callable
 from types import TracebackType
 from typing import ParamSpec, TypeVar
 
-from looptrace._engine import Engine, Interval
+from looptrace._engine import Engine
 from looptrace._errors import TimerError
+from looptrace._intervals import Interval, ThreadState
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -22,30 +22,54 @@ class Timer:
     recursively; the object itself holds only its name and children.
     """
 
-    __slots__ = ("__weakref__", "_children", "_engine", "name", "parent", "path")
+    __slots__ = (
+        "__weakref__",
+        "_children",
+        "_engine",
+        "_section",
+        "device",
+        "name",
+        "parent",
+        "path",
+    )
 
-    def __init__(self, engine: Engine, name: str, parent: Timer | None) -> None:
+    def __init__(
+        self, engine: Engine, name: str, parent: Timer | None, *, device: bool = False
+    ) -> None:
         self._engine = engine
         self.name = name
+        self.device = device
         self.parent = parent
         self.path: str = name if parent is None else f"{parent.path}.{name}"
         self._children: dict[str, Timer] = {}
+        self._section: Section | None = None
 
     def __repr__(self) -> str:
         return f"Timer({self.path!r})"
 
-    def timer(self, name: str) -> Timer:
-        """Return the child timer `name` (the same object on every call)."""
+    def timer(self, name: str, *, device: bool | None = None) -> Timer:
+        """Return the child timer `name` (the same object on every call).
+
+        `device=True` makes it time on the GPU with CUDA events (see the README, "GPU
+        time"); the choice is made when the timer is first created.
+        """
         child = self._children.get(name)
         if child is None:
             self._check_name(name)
-            child = self._children.setdefault(name, Timer(self._engine, name, self))
+            child = self._children.setdefault(
+                name, Timer(self._engine, name, self, device=bool(device))
+            )
+        elif device is not None and device != child.device:
+            raise TimerError(
+                f"timer {child.path!r} already times on the {'device' if child.device else 'host'}"
+            )
         return child
 
     @property
     def running(self) -> bool:
         """Whether this timer has a running interval in the calling thread."""
-        return bool(self._engine.state().stacks.get(self))
+        mine = self._engine.state().nodes.get(self)
+        return mine is not None and bool(mine.stack)
 
     def record(self, name: str | None = None) -> None:
         """Lap this timer, or switch it to section `name`.
@@ -54,31 +78,36 @@ class Timer:
         instant, or starts one on a stopped timer. `record(name)` starts this timer if needed,
         ends the running sibling sections, and starts `name` (lapping it if it was running).
         """
-        child = None if name is None else self.timer(name)
+        child = None if name is None else self._children.get(name) or self.timer(name)
         engine = self._engine
         if engine.closed:
             engine.incidents.misused("closed", f"{self.path}.record() after shutdown()")
             return
-        state = engine.state()
-        with state.lock:
+        try:
+            state: ThreadState = engine.local.state
+        except AttributeError:
+            state = engine.state()
+        lock = state.lock
+        lock.acquire()  # not `with`: this is the hot path, and half the cost
+        try:
             now = engine.now()
-            stack = state.stacks.get(self)
+            mine = state.nodes.get(self)
+            stack = None if mine is None else mine.stack
             if child is None:
                 if stack:
-                    engine.end(state, stack[0], now)
-                engine.start(state, self, now, engine.parent_for(state, self))
-            else:
-                mine = (
-                    stack[-1]
-                    if stack
-                    else engine.start(state, self, now, engine.parent_for(state, self))
-                )
-                engine.close_siblings(state, mine, child, now)
-                running = state.stacks.get(child)
-                if running:
-                    engine.end(state, running[0], now)
-                engine.start(state, child, now, mine)
-        engine.aggregator.maybe_fold(state.buffer)
+                    engine.lap(state, stack[0], now)
+                else:
+                    engine.start(state, self, now, engine.parent_for(state, self))
+            elif not (stack and engine.switch(state, stack[-1], child, now)):
+                current = engine.switch_to(state, self, child, now)
+                running = state.nodes.get(child)
+                if running is not None and running.stack:
+                    engine.end(state, running.stack[0], now)
+                engine.start(state, child, now, current)
+        finally:
+            lock.release()
+        if state.full:
+            engine.merge_pending(state)
 
     def stop(self) -> None:
         """End the running interval (and its sections) without starting a new one."""
@@ -88,13 +117,14 @@ class Timer:
             return
         state = engine.state()
         with state.lock:
-            stack = state.stacks.get(self)
-            was_running = bool(stack)
-            if stack:
-                engine.end(state, stack[0], engine.now())
+            mine = state.nodes.get(self)
+            was_running = mine is not None and bool(mine.stack)
+            if mine is not None and mine.stack:
+                engine.end(state, mine.stack[0], engine.now())
         if not was_running:
             engine.incidents.misused("stopped", f"{self.path}.stop() on a stopped timer")
-        engine.aggregator.maybe_fold(state.buffer)
+        if state.full:
+            engine.merge_pending(state)
 
     def section(self, name: str) -> Section:
         """Return section `name` of this timer: a context manager, decorator, or start/stop pair.
@@ -103,7 +133,11 @@ class Timer:
         in this thread (recursion) nests a new interval instead of lapping it. Leaving it ends
         that interval only; this timer keeps running.
         """
-        return Section(self, self.timer(name))
+        child = self._children.get(name) or self.timer(name)
+        section = child._section
+        if section is None:
+            section = child._section = Section(self, child)
+        return section
 
     def timed(self, name: str | None = None) -> Callable[[Callable[P, R]], Callable[P, R]]:
         """Decorate a function so each call is a section (default name: the function's)."""
@@ -114,38 +148,59 @@ class Timer:
 
         return decorate
 
-    def _enter(self, child: Timer) -> Interval | None:
+    def _enter(self, child: Timer, *, hold: bool) -> Interval | None:
+        """Enter section `child`; with `hold`, push it on the thread's entries of `child`."""
         engine = self._engine
         if engine.closed:
             engine.incidents.misused("closed", f"{child.path} entered after shutdown()")
             return None
-        state = engine.state()
-        with state.lock:
+        try:
+            state: ThreadState = engine.local.state
+        except AttributeError:
+            state = engine.state()
+        lock = state.lock
+        lock.acquire()  # not `with`: this is the hot path, and half the cost
+        try:
             now = engine.now()
-            running = state.stacks.get(child)
-            if running:
-                interval = engine.start(state, child, now, running[-1])
+            running = state.nodes.get(child)
+            if running is not None and running.stack:
+                interval = engine.start(state, child, now, running.stack[-1])
             else:
-                stack = state.stacks.get(self)
-                mine = (
-                    stack[-1]
-                    if stack
-                    else engine.start(state, self, now, engine.parent_for(state, self))
-                )
-                engine.close_siblings(state, mine, child, now)
-                interval = engine.start(state, child, now, mine)
-        return interval
+                current = engine.switch_to(state, self, child, now)
+                interval = engine.start(state, child, now, current)
+            interval.held = True
+            if hold:
+                interval.state.held.append(interval)
+            return interval
+        finally:
+            lock.release()
 
-    def _exit(self, interval: Interval | None, error: BaseException | None) -> None:
-        if interval is None:
-            return
+    def _exit(self, child: Timer, interval: Interval | None, error: BaseException | None) -> None:
+        """Leave an entry of section `child`: `interval`, or (None) the thread's latest held one."""
         engine = self._engine
-        state = engine.state()
-        with state.lock:
+        try:
+            state: ThreadState = engine.local.state
+        except AttributeError:
+            state = engine.state()
+        lock = state.lock
+        lock.acquire()  # not `with`: this is the hot path, and half the cost
+        try:
+            if interval is None:
+                node = state.nodes.get(child)
+                interval = node.held.pop() if node is not None and node.held else None
             # A lap or sibling switch inside the block may have ended it already.
-            if interval in state.stacks.get(interval.node, ()):
-                engine.end(state, interval, engine.now(), error)
-        engine.aggregator.maybe_fold(state.buffer)
+            if interval is not None and not engine.closed:
+                stack = interval.state.stack
+                if (stack and stack[-1] is interval) or interval in stack:
+                    engine.end(state, interval, engine.now(), error)
+        finally:
+            lock.release()
+        if interval is None and not engine.closed:
+            engine.incidents.misused(
+                "stopped", f"section {child.path!r} stopped more often than started"
+            )
+        if state.full:
+            engine.merge_pending(state)
 
     @staticmethod
     def _check_name(name: object) -> None:
@@ -160,43 +215,30 @@ class Timer:
 class Section:
     """One section of a timer, usable as `with`, as `@decorator`, or by `start()`/`stop()`.
 
-    Per-entry state is kept per thread on a stack, so one object serves threads and recursion.
+    The object holds no per-entry state: entries are kept per thread by the engine, so one
+    object serves every thread and recursion. `timer.section(name)` returns the same object
+    on every call.
     """
 
-    __slots__ = ("_local", "_owner", "timer")
+    __slots__ = ("_owner", "timer")
 
     def __init__(self, owner: Timer, timer: Timer) -> None:
         self._owner = owner
         self.timer = timer
-        self._local = threading.local()
 
     def __repr__(self) -> str:
         return f"Section({self.timer.path!r})"
 
-    def _stack(self) -> list[Interval | None]:
-        try:
-            return self._local.stack  # type: ignore[no-any-return]
-        except AttributeError:
-            stack: list[Interval | None] = []
-            self._local.stack = stack
-            return stack
-
     def start(self) -> None:
         """Enter the section (like `record(name)` on its timer)."""
-        self._stack().append(self._owner._enter(self.timer))
+        self._owner._enter(self.timer, hold=True)
 
     def stop(self) -> None:
         """Leave the section entered last by this thread."""
-        stack = self._stack()
-        if not stack:
-            self.timer._engine.incidents.misused(
-                "stopped", f"section {self.timer.path!r} stopped more often than started"
-            )
-            return
-        self._owner._exit(stack.pop(), None)
+        self._owner._exit(self.timer, None, None)
 
     def __enter__(self) -> Section:
-        self.start()
+        self._owner._enter(self.timer, hold=True)
         return self
 
     def __exit__(
@@ -205,7 +247,7 @@ class Section:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        self._owner._exit(self._stack().pop(), exc)
+        self._owner._exit(self.timer, None, exc)
 
     def __call__(self, func: Callable[P, R]) -> Callable[P, R]:
         """Wrap `func` so that every call is one entry of this section."""
@@ -213,13 +255,15 @@ class Section:
 
         @functools.wraps(func)
         def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-            interval = owner._enter(timer)
+            interval = owner._enter(timer, hold=False)
             try:
                 result = func(*args, **kwargs)
             except BaseException as error:
-                owner._exit(interval, error)
+                if interval is not None:
+                    owner._exit(timer, interval, error)
                 raise
-            owner._exit(interval, None)
+            if interval is not None:
+                owner._exit(timer, interval, None)
             return result
 
         return wrapper

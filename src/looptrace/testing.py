@@ -22,10 +22,18 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from looptrace._configure import configure
+from looptrace._ids import StepIdGenerator
 from looptrace._looptrace import Looptrace
 from looptrace._ranks import RankInfo
 
-__all__ = ["Capture", "FakeClock", "capture", "looptrace_capture"]
+__all__ = [
+    "Capture",
+    "FakeClock",
+    "FakeDeviceClock",
+    "FakeEvent",
+    "capture",
+    "looptrace_capture",
+]
 
 _EPOCH_NS = 1_767_225_600_000_000_000  # 2026-01-01T00:00:00Z, so timestamps are reproducible
 
@@ -52,6 +60,61 @@ class FakeClock:
     def time_ns(self) -> int:
         """Return the fake wall-clock time, a fixed epoch plus the monotonic time."""
         return self._epoch_ns + self._now_ns
+
+
+class FakeEvent:
+    """An event of `FakeDeviceClock`: the device time at which it was recorded."""
+
+    __slots__ = ("device_ns",)
+
+    def __init__(self, device_ns: int) -> None:
+        self.device_ns = device_ns
+
+
+class FakeDeviceClock:
+    """A device with a clock of its own, for testing device timers on the CPU.
+
+    `advance(seconds)` stands for work the device runs; an event records the device time
+    at which it is recorded. While `busy` is True, events report not done (`query`), as when
+    kernels are still queued; a wait (`synchronize`) finishes them. `waits` counts the waits
+    and `outstanding` the events handed out and not yet released.
+    """
+
+    def __init__(self) -> None:
+        self.device_ns = 0
+        self.busy = False
+        self.waits = 0
+        self.outstanding = 0
+
+    def advance(self, seconds: float) -> None:
+        """Let the device run `seconds` of work."""
+        self.device_ns += round(seconds * 1e9)
+
+    def record(self) -> FakeEvent:
+        """Record an event at the current device time."""
+        self.outstanding += 1
+        return FakeEvent(self.device_ns)
+
+    def query(self, event: FakeEvent) -> bool:
+        """Return whether the device is done (not `busy`)."""
+        return not self.busy
+
+    def synchronize(self, event: FakeEvent) -> None:
+        """Wait for the device: count it and finish the queued work."""
+        self.waits += 1
+        self.busy = False
+
+    def elapsed_ns(self, start: FakeEvent, end: FakeEvent) -> int:
+        """Return the device time between two events."""
+        return end.device_ns - start.device_ns
+
+    def release(self, event: FakeEvent) -> None:
+        """Take an event back."""
+        self.outstanding -= 1
+
+    def synchronize_all(self) -> None:
+        """Wait for the whole device."""
+        self.synchronize(FakeEvent(self.device_ns))
 
 
 @dataclass
@@ -88,10 +151,13 @@ class Capture:
 
 
 def capture(*, trace_every: int = 1, rank: RankInfo | None = None, **kwargs: Any) -> Capture:
-    """Configure a looptrace on a fresh fake clock and in-memory span and metric exporters."""
+    """Configure a looptrace on a fresh fake clock and in-memory span and metric exporters.
+
+    Every step is traced unless `trace_every` says otherwise.
+    """
     clock = FakeClock(start_s=0.0)
     spans = InMemorySpanExporter()
-    tracer_provider = TracerProvider()
+    tracer_provider = TracerProvider(id_generator=StepIdGenerator())
     tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
     reader = InMemoryMetricReader(preferred_temporality={Histogram: AggregationTemporality.DELTA})
     meter_provider = MeterProvider(metric_readers=[reader])

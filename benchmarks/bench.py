@@ -1,0 +1,433 @@
+"""Per-section overhead of looptrace, side by side with a floor, codetiming and the raw SDK.
+
+One process, one run, cases interleaved in random order each round so drift hits all alike.
+A "section" is one timed interval; each step is 20 sections plus the step lap (21 intervals).
+Every case pays for what it causes: looptrace's cases include their share of `reset()` (one
+per 100 steps), and the CPU column includes the exporter thread's work up to a final flush.
+
+    python benchmarks/bench.py            # full run, table on stdout, JSON beside it
+    python benchmarks/bench.py --quick    # a few seconds; what CI runs to keep it working
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from otlp_sink import OtlpSink  # beside this script, which is on sys.path when run
+
+import looptrace
+from looptrace._aggregator import Aggregator
+from looptrace._health import Incidents
+
+NAMES = ("data", "forward", "backward", "optimizer") * 5  # 20 sections per step
+PER_STEP = len(NAMES) + 1
+RESET_EVERY = 100
+
+
+class FloorTimer:
+    """The floor: a minimal lap timer, perf_counter_ns and a dict of [count, total_ns]."""
+
+    __slots__ = ("current", "started", "stats", "step_start")
+
+    def __init__(self) -> None:
+        self.stats: dict[str, list[int]] = {}
+        self.current: str | None = None
+        self.started = 0
+        self.step_start = 0
+
+    def _close(self, name: str, start: int, now: int) -> None:
+        entry = self.stats.get(name)
+        if entry is None:
+            entry = self.stats[name] = [0, 0]
+        entry[0] += 1
+        entry[1] += now - start
+
+    def record(self, name: str | None = None) -> None:
+        now = time.perf_counter_ns()
+        if self.current is not None:
+            self._close(self.current, self.started, now)
+            self.current = None
+        if name is None:
+            self._close("step", self.step_start, now)
+            self.step_start = now
+        else:
+            self.current, self.started = name, now
+
+
+class DiscardExporter(SpanExporter):
+    """Accepts every batch and drops it: the cost of the pipeline without a network."""
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        pass
+
+
+@dataclass
+class Case:
+    """A named workload: `run(steps)` times steps, `flush()` settles background work."""
+
+    name: str
+    run: Callable[[int], None]
+    flush: Callable[[], object] = lambda: None
+    close: Callable[[], object] = lambda: None
+    wall: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
+
+
+def _provider(kind: str, sinks: dict[str, OtlpSink]) -> TracerProvider:
+    provider = TracerProvider()
+    if kind == "discard":
+        provider.add_span_processor(BatchSpanProcessor(DiscardExporter()))
+    elif kind in ("otlp", "stalled"):
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+
+        sink = sinks[kind]
+        exporter = OTLPSpanExporter(endpoint=sink.endpoint, insecure=True, timeout=2)
+        provider.add_span_processor(BatchSpanProcessor(exporter))
+    return provider
+
+
+def floor_case() -> Case:
+    timer = FloorTimer()
+
+    def run(steps: int) -> None:
+        record = timer.record
+        for _ in range(steps):
+            for name in NAMES:
+                record(name)
+            record()
+
+    return Case("floor (30-line lap timer)", run)
+
+
+def codetiming_case() -> Case | None:
+    try:
+        from codetiming import Timer
+    except ImportError:
+        return None
+    timers = {name: Timer(name=name, logger=None) for name in {*NAMES, "step"}}
+
+    def run(steps: int) -> None:
+        step = timers["step"]
+        for _ in range(steps):
+            with step:
+                for name in NAMES:
+                    with timers[name]:
+                        pass
+
+    return Case("codetiming (Timer, reused)", run)
+
+
+def raw_sdk_case(kind: str, sinks: dict[str, OtlpSink]) -> Case:
+    provider = _provider(kind, sinks)
+    provider.add_span_processor(looptrace.AggregatingSpanProcessor(Aggregator(), Incidents()))
+    tracer = provider.get_tracer("bench")
+    # The same information looptrace puts on its spans: path, step and rank.
+    rank = {"looptrace.rank": 0, "looptrace.world_size": 1}
+    paths = {name: f"root.train.{name}" for name in NAMES}
+
+    def run(steps: int) -> None:
+        start_span, set_in = tracer.start_span, trace.set_span_in_context
+        for i in range(steps):
+            step = start_span(
+                "step", attributes={"looptrace.path": "root.train", "looptrace.step": i, **rank}
+            )
+            context = set_in(step)
+            for name in NAMES:
+                attributes = {"looptrace.path": paths[name], "looptrace.step": i, **rank}
+                start_span(name, context=context, attributes=attributes).end()
+            step.end()
+
+    return Case(
+        f"raw SDK spans, {kind}",
+        run,
+        flush=provider.force_flush,
+        close=provider.shutdown,
+    )
+
+
+def looptrace_case(form: str, kind: str, sinks: dict[str, OtlpSink], **kw: Any) -> Case:
+    provider = _provider(kind, sinks)
+    lt = looptrace.configure(tracer_provider=provider, rank=looptrace.RankInfo(), **kw)
+    train = lt.timer("train")
+    sections = {name: train.section(name) for name in NAMES}
+    counter = [0]
+
+    def run_record(steps: int) -> None:
+        record = train.record
+        for _ in range(steps):
+            for name in NAMES:
+                record(name)
+            record()
+            counter[0] += 1
+            if counter[0] % RESET_EVERY == 0:
+                lt.reset()
+
+    def run_section(steps: int) -> None:
+        for _ in range(steps):
+            for name in NAMES:
+                with sections[name]:
+                    pass
+            train.record()
+            counter[0] += 1
+            if counter[0] % RESET_EVERY == 0:
+                lt.reset()
+
+    label = "aggregate only" if kw.get("trace_every") == 0 else "traced"
+    label = label if kind == "none" else f"{label}, {kind}"
+    return Case(
+        f"looptrace {form}(), {label}",
+        run_record if form == "record" else run_section,
+        flush=provider.force_flush,
+        close=lambda: (lt.shutdown(), provider.shutdown()),
+    )
+
+
+def realistic_step_cost(steps: int) -> dict[str, float]:
+    """Instrumentation cost of a realistic step at the default configuration, per step."""
+    provider = _provider("discard", {})
+    lt = looptrace.configure(tracer_provider=provider, rank=looptrace.RankInfo())
+    train = lt.timer("train")
+    forward, backward = train.timer("forward"), train.timer("backward")
+    layers = [f"layer{i}" for i in range(8)]
+    buckets = [f"bucket{i}" for i in range(6)]
+
+    def one_step() -> None:  # 20 sections, some nested, and the step lap
+        train.record("data")
+        train.record("forward")
+        for layer in layers:
+            forward.record(layer)
+        train.record("backward")
+        for bucket in buckets:
+            backward.record(bucket)
+        with train.section("optimizer"):
+            pass
+        with train.section("zero_grad"):
+            pass
+        train.record("log")
+        train.record()
+
+    for _ in range(steps // 10):  # warm up past the first traced steps
+        one_step()
+    samples = []
+    for _ in range(5):
+        cpu0, t0 = time.process_time_ns(), time.perf_counter_ns()
+        for i in range(steps):
+            one_step()
+            if i % RESET_EVERY == RESET_EVERY - 1:
+                lt.reset()
+        provider.force_flush()
+        samples.append((time.perf_counter_ns() - t0, time.process_time_ns() - cpu0))
+    lt.shutdown()
+    provider.shutdown()
+    wall = statistics.median(s[0] for s in samples) / steps
+    cpu = statistics.median(s[1] for s in samples) / steps
+    step_ns = 10_000_000
+    return {
+        "wall_ns_per_step": wall,
+        "cpu_ns_per_step": cpu,
+        "overhead_pct_of_10ms_step": 100 * max(wall, cpu) / step_ns,
+    }
+
+
+def rss_growth(sections: int) -> dict[str, float]:
+    """RSS growth over `sections` aggregated sections, measured in a fresh interpreter."""
+    code = f"""
+import looptrace, resource
+from opentelemetry.sdk.trace import TracerProvider
+lt = looptrace.configure(tracer_provider=TracerProvider(), trace_every=0,
+                         rank=looptrace.RankInfo())
+train = lt.timer("train")
+names = {list(NAMES)!r}
+def rss():
+    with open("/proc/self/status") as f:
+        return next(int(l.split()[1]) for l in f if l.startswith("VmRSS"))
+for _ in range(200):
+    for n in names: train.record(n)
+    train.record()
+lt.reset()
+before = rss()
+for step in range({sections} // {PER_STEP}):
+    for n in names: train.record(n)
+    train.record()
+after_loop = rss()
+lt.reset()
+print(before, after_loop, rss())
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.split()
+    before, after_loop, after_reset = (int(x) for x in out)
+    return {
+        "sections": sections,
+        "rss_growth_mb": (max(after_loop, after_reset) - before) / 1024,
+    }
+
+
+def sketch_error(n: int) -> dict[str, float]:
+    """Relative error of p50/p90/p99 against exact quantiles on log-normal durations."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    values = np.maximum(1, rng.lognormal(mean=np.log(5e6), sigma=1.2, size=n)).astype(np.int64)
+    aggregator = Aggregator()
+    aggregator.merge("x", values.tolist(), 0, 0)
+    stats = aggregator.snapshot(start_ns=0, end_ns=1, rank=0)["x"]
+    result = {}
+    for q, got in (("p50", stats.p50), ("p90", stats.p90), ("p99", stats.p99)):
+        exact = float(np.quantile(values, float(q[1:]) / 100, method="lower")) / 1e9
+        result[f"{q}_rel_error"] = abs(got - exact) / exact
+    return result
+
+
+def export_throughput(steps: int, sinks: dict[str, OtlpSink]) -> dict[str, float]:
+    """Spans per second from looptrace through BatchSpanProcessor + OTLP/gRPC to a receiver."""
+    sink = sinks["otlp"]
+    before = sink.service.spans
+    provider = _provider("otlp", sinks)
+    lt = looptrace.configure(tracer_provider=provider, trace_every=1, rank=looptrace.RankInfo())
+    train = lt.timer("train")
+    t0 = time.perf_counter_ns()
+    for _ in range(steps):
+        for name in NAMES:
+            train.record(name)
+        train.record()
+    train.stop()
+    provider.force_flush()
+    elapsed = (time.perf_counter_ns() - t0) / 1e9
+    delivered = sink.service.spans - before
+    lt.shutdown()
+    provider.shutdown()
+    return {"spans_delivered": delivered, "spans_per_s": delivered / elapsed}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a few seconds, for CI")
+    parser.add_argument("--json", type=Path, default=Path(__file__).with_name("results.json"))
+    args = parser.parse_args(argv)
+    rounds, steps = (3, 20) if args.quick else (15, 200)
+
+    sinks = {"otlp": OtlpSink(), "stalled": OtlpSink(stall=True)}
+    factories: list[Callable[[], Case | None]] = [
+        floor_case,
+        codetiming_case,
+        lambda: raw_sdk_case("discard", sinks),
+        lambda: raw_sdk_case("otlp", sinks),
+        lambda: looptrace_case("record", "none", sinks, trace_every=0),
+        lambda: looptrace_case("section", "none", sinks, trace_every=0),
+        lambda: looptrace_case("record", "discard", sinks, trace_every=1),
+        lambda: looptrace_case("section", "discard", sinks, trace_every=1),
+        lambda: looptrace_case("record", "otlp", sinks, trace_every=1),
+        lambda: looptrace_case("record", "stalled", sinks, trace_every=1),
+        lambda: looptrace_case("record", "stalled", sinks, trace_every=0),
+    ]
+    cases = [case for case in (make() for make in factories) if case is not None]
+    rng = random.Random(0)
+    for case in cases:  # warm-up
+        case.run(max(2, steps // 10))
+        case.flush()
+    gc.collect()
+    for _ in range(rounds):
+        for case in rng.sample(cases, len(cases)):
+            cpu0, t0 = time.process_time_ns(), time.perf_counter_ns()
+            case.run(steps)
+            wall = time.perf_counter_ns() - t0
+            if "stalled" not in case.name:
+                case.flush()
+            cpu = time.process_time_ns() - cpu0
+            case.wall.append(wall / (steps * PER_STEP))
+            case.cpu.append(cpu / (steps * PER_STEP))
+
+    floor = statistics.median(cases[0].wall)
+    raw = {c.name: statistics.median(c.cpu) for c in cases if c.name.startswith("raw SDK")}
+    rows = []
+    for case in cases:
+        median = statistics.median(case.wall)
+        cpu = statistics.median(case.cpu)
+        kind = case.name.rsplit(", ", 1)[-1]
+        raw_ref = raw.get(f"raw SDK spans, {kind}")
+        rows.append(
+            {
+                "case": case.name,
+                "median_ns": median,
+                "min_ns": min(case.wall),
+                "max_ns": max(case.wall),
+                "cpu_ns": cpu,
+                "x_floor": median / floor,
+                "cpu_x_raw_sdk": (cpu / raw_ref) if raw_ref and "traced" in case.name else None,
+            }
+        )
+    for case in cases:
+        case.close()
+
+    extra = {
+        "realistic_step": realistic_step_cost(200 if args.quick else 2000),
+        "rss": rss_growth(100_000 if args.quick else 1_000_000),
+        "sketch": sketch_error(100_000 if args.quick else 1_000_000),
+        "export": export_throughput(50 if args.quick else 500, sinks),
+    }
+    for sink in sinks.values():
+        sink.stop()
+
+    print(
+        f"{'case':44} {'median':>9} {'min':>9} {'max':>9} {'cpu':>9} {'x floor':>8} "
+        f"{'cpu x SDK':>9}"
+    )
+    for row in rows:
+        sdk = f"{row['cpu_x_raw_sdk']:.2f}" if row["cpu_x_raw_sdk"] else ""
+        print(
+            f"{row['case']:44} {row['median_ns']:8.0f}n {row['min_ns']:8.0f}n "
+            f"{row['max_ns']:8.0f}n {row['cpu_ns']:8.0f}n {row['x_floor']:8.2f} {sdk:>9}"
+        )
+    step = extra["realistic_step"]
+    print(
+        f"\nrealistic step (20 sections, default sampling): {step['wall_ns_per_step'] / 1000:.1f}"
+        f" µs/step wall, {step['cpu_ns_per_step'] / 1000:.1f} µs/step CPU = "
+        f"{step['overhead_pct_of_10ms_step']:.3f} % of a 10 ms step"
+    )
+    print(
+        f"RSS growth over {extra['rss']['sections']:,} aggregated sections: "
+        f"{extra['rss']['rss_growth_mb']:.2f} MB"
+    )
+    print(
+        "sketch relative error: "
+        + ", ".join(f"{k[:3]} {v * 100:.3f} %" for k, v in extra["sketch"].items())
+    )
+    print(
+        f"OTLP/gRPC export to a local receiver: {extra['export']['spans_per_s']:,.0f} spans/s "
+        f"({extra['export']['spans_delivered']:,} delivered)"
+    )
+    result = {
+        "python": sys.version.split()[0],
+        "cpus": os.cpu_count(),
+        "quick": args.quick,
+        "rounds": rounds,
+        "steps_per_sample": steps,
+        "cases": rows,
+        **extra,
+    }
+    args.json.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"\nwrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

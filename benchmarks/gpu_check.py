@@ -1,0 +1,81 @@
+"""GPU check for device timers: one command, under three minutes, on a CUDA machine.
+
+    python benchmarks/gpu_check.py
+
+Queues ~50 ms of matrix multiplications per step and times them twice in one loop: in a
+device section (CUDA events, resolved lazily) and in a host section without a synchronize.
+The device section must report >= 45 ms; the host one only the launches, a small fraction.
+It also prints the per-section cost of a device section's timer calls, and exits non-zero
+when a check fails.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import torch
+
+import looptrace
+
+
+def _matmuls_for(seconds: float, a: torch.Tensor, b: torch.Tensor) -> int:
+    """Return how many a @ b take about `seconds` on this device."""
+    for _ in range(3):
+        _ = a @ b  # warm up kernels and clocks
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(20):
+        _ = a @ b
+    torch.cuda.synchronize()
+    each = (time.perf_counter() - start) / 20
+    return max(1, round(seconds / each))
+
+
+def main() -> int:
+    if not torch.cuda.is_available():
+        print("gpu_check: no CUDA device here", file=sys.stderr)
+        return 2
+    device = torch.device("cuda")
+    a = torch.randn(4096, 4096, device=device)
+    b = torch.randn(4096, 4096, device=device)
+    n = _matmuls_for(0.050, a, b)
+    print(f"device: {torch.cuda.get_device_name()}; {n} matmuls of 4096^2 ~ 50 ms")
+
+    lt = looptrace.configure("gpu-check", trace_every=0, rank=looptrace.RankInfo())
+    step = lt.timer("step")
+    step.timer("on_device", device=True)
+    step.timer("other_device", device=True)
+    for _ in range(10):
+        step.record("on_device")  # events around the queued kernels
+        for _ in range(n):
+            _ = a @ b
+        step.record("on_host")  # host clock, no synchronize: sees the launches only
+        for _ in range(n):
+            _ = a @ b
+        step.record()
+    step.stop()
+    snap = lt.reset()
+    on_device = snap["root.step.on_device"].mean * 1e3
+    on_host = snap["root.step.on_host"].mean * 1e3
+    print(f"device section mean: {on_device:.1f} ms (want >= 45)")
+    print(f"host section mean (no sync): {on_host:.2f} ms (launch time only)")
+
+    torch.cuda.synchronize()
+    sections = 20_000
+    start = time.perf_counter_ns()
+    for i in range(sections):
+        step.record("on_device" if i % 2 else "other_device")
+    step.stop()
+    hot = (time.perf_counter_ns() - start) / sections / 1e3
+    lt.reset()
+    print(f"timer cost per device section (no work, events only): {hot:.2f} µs")
+    lt.shutdown()
+
+    ok = on_device >= 45.0 and on_host < 0.5 * on_device
+    print("gpu_check:", "ok" if ok else "FAILED")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

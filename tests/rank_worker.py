@@ -1,0 +1,108 @@
+"""One rank of a real torch.distributed (gloo, CPU) job, run by tests/test_distributed.py.
+
+Usage: ``python rank_worker.py STORE OUT`` with ``RANK`` and ``WORLD_SIZE`` set as torchrun
+sets them. The rank drives a looptrace on a fake clock through the windows below, each closed
+by ``reset(across_ranks=True)``, and writes what every reset returned to OUT as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import torch.distributed as dist
+
+from looptrace import RankInfo, Snapshot
+from looptrace.testing import Capture, capture
+
+STEPS = 3
+FORWARD_S = 0.100
+SLOW_FORWARD_S = 0.250
+
+
+def slow_rank(world: int) -> int:
+    """Return the rank whose forward pass is slow: neither the first nor, with 4, the last."""
+    return world // 2
+
+
+def mismatched(cap: Capture, rank: int, world: int) -> None:
+    """Every rank trains; one is slow in forward, rank 1 skips backward, the last checkpoints."""
+    train = cap.lt.timer("training")
+    for _ in range(STEPS):
+        train.record("data")
+        cap.clock.advance(0.010)
+        train.record("forward")
+        cap.clock.advance(SLOW_FORWARD_S if rank == slow_rank(world) else FORWARD_S)
+        if rank != 1:
+            train.record("backward")
+            cap.clock.advance(0.050)
+        if rank == world - 1:
+            train.record("checkpoint")
+            cap.clock.advance(0.500)
+        train.record()
+    train.stop()
+
+
+def rank_zero_idle(cap: Capture, rank: int, world: int) -> None:
+    """Rank 0 times nothing; rank r evaluates r batches of (r + 1) * 10 ms."""
+    evaluate = cap.lt.timer("eval")
+    for _ in range(rank):
+        with evaluate.section("batch"):
+            cap.clock.advance(0.010 * (rank + 1))
+
+
+def all_idle(cap: Capture, rank: int, world: int) -> None:
+    """No rank times anything."""
+
+
+def all_equal(cap: Capture, rank: int, world: int) -> None:
+    """Every rank times the same 20 ms: a tie on every statistic."""
+    with cap.lt.timer("sync").section("barrier"):
+        cap.clock.advance(0.020)
+
+
+WINDOWS: dict[str, Callable[[Capture, int, int], None]] = {
+    "mismatched": mismatched,
+    "rank_zero_idle": rank_zero_idle,
+    "all_idle": all_idle,
+    "all_equal": all_equal,
+}
+
+
+def result(snapshot: Snapshot) -> dict[str, Any]:
+    """Return what a test needs of a snapshot: its dict, its metrics and its local metrics."""
+    local = Snapshot(snapshot, start_ns=snapshot.start_ns, end_ns=snapshot.end_ns, rank=0)
+    return {
+        "rank": snapshot.rank,
+        "reduced": snapshot.across_ranks is not None,
+        "dict": snapshot.to_dict(),
+        "metrics": snapshot.as_metrics(),
+        "local_metrics": local.as_metrics(),
+    }
+
+
+def main(store: str, out: str) -> None:
+    """Join the job, run every window, write the results, leave the job."""
+    info = RankInfo.from_env()
+    dist.init_process_group(
+        "gloo", init_method=f"file://{store}", rank=info.rank, world_size=info.world_size
+    )
+    cap = capture(rank=info)
+    results = {}
+    for name, window in WINDOWS.items():
+        window(cap, info.rank, info.world_size)
+        results[name] = result(cap.lt.reset(across_ranks=True))
+    cap.lt.shutdown()
+    results["after_shutdown"] = result(cap.lt.reset(across_ranks=True))
+    results["health"] = {"internal_errors": cap.lt.health().internal_errors}
+    dist.destroy_process_group()
+    with open(out, "w") as file:
+        json.dump(results, file)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    main(*sys.argv[1:])

@@ -1,0 +1,367 @@
+"""Cross-rank statistics through real torch.distributed (gloo on the CPU), 1, 2 and 4 ranks."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from looptrace import _distributed
+from looptrace._collectives import spreads
+from looptrace._spread import SPREAD_STATS
+from looptrace.testing import Capture
+from tests import rank_worker
+
+WORKER = Path(rank_worker.__file__)
+JOB_TIMEOUT_S = 120
+SUFFIXES = ("min_rank", "max_rank", "mean_rank", "slowest_rank")
+
+
+# --- reference: the spread of every path, computed in plain Python from each rank's stats ---
+
+
+def reference(per_rank: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Return the expected `to_dict()["across_ranks"]` of the ranks' local `to_dict()`s."""
+    union = sorted(set().union(*per_rank))
+    expected: dict[str, dict[str, Any]] = {}
+    for path in union:
+        ranks = [r for r, stats in enumerate(per_rank) if path in stats]
+        entry: dict[str, Any] = {
+            "ranks": len(ranks),
+            "absent": [r for r in range(len(per_rank)) if r not in ranks],
+        }
+        for stat in SPREAD_STATS:
+            values = {r: float(per_rank[r][path][stat]) for r in ranks}
+            top = max(values.values())
+            entry[stat] = {
+                "min": min(values.values()),
+                "max": top,
+                "mean": sum(values.values()) / len(values),
+                "slowest_rank": min(r for r, v in values.items() if v == top),
+            }
+        expected[path] = entry
+    return expected
+
+
+def numbers(across: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """Flatten the statistics of `{path: {stat: {k: v}}}` to `{"path stat.k": v}` for approx."""
+    return {
+        f"{path} {stat}.{k}": v
+        for path, entry in across.items()
+        for stat in SPREAD_STATS
+        for k, v in entry[stat].items()
+    }
+
+
+def presence(across: dict[str, dict[str, Any]]) -> dict[str, tuple[int, list[int]]]:
+    """Return `{path: (ranks, absent)}`."""
+    return {path: (entry["ranks"], entry["absent"]) for path, entry in across.items()}
+
+
+# --- a real job: WORLD processes of tests/rank_worker.py, joined through a file store ---
+
+
+def run_job(world: int, workdir: Path) -> list[dict[str, Any]]:
+    """Run `world` rank processes to the end and return each one's results, in rank order."""
+    procs = []
+    for rank in range(world):
+        env = {
+            **os.environ,
+            "RANK": str(rank),
+            "LOCAL_RANK": str(rank),
+            "WORLD_SIZE": str(world),
+            "LOCAL_WORLD_SIZE": str(world),
+            "GLOO_SOCKET_IFNAME": "lo",
+        }
+        command = [sys.executable, str(WORKER), str(workdir / "store"), str(workdir / f"{rank}")]
+        procs.append(
+            subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        )
+    deadline = time.monotonic() + JOB_TIMEOUT_S
+    outputs = []
+    try:
+        for proc in procs:
+            out, _ = proc.communicate(timeout=max(deadline - time.monotonic(), 1))
+            outputs.append(out.decode(errors="replace"))
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"a {world}-rank job did not finish in {JOB_TIMEOUT_S} s (a hang)")
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    for rank, (proc, out) in enumerate(zip(procs, outputs, strict=True)):
+        assert proc.returncode == 0, f"rank {rank} failed:\n{out}"
+    return [json.loads((workdir / f"{rank}").read_text()) for rank in range(world)]
+
+
+@pytest.fixture(scope="module", params=[2, 4], ids=["2-ranks", "4-ranks"])
+def job(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """Run a 2- and a 4-rank job once per module; yield (world size, results per rank)."""
+    world = request.param
+    return world, run_job(world, tmp_path_factory.mktemp(f"job{world}"))
+
+
+def local_dict(result: dict[str, Any]) -> dict[str, Any]:
+    """Return a window's per-path dict of one rank, without the cross-rank key."""
+    return {k: v for k, v in result["dict"].items() if k != "across_ranks"}
+
+
+def test_every_rank_gets_the_reference_spread(job: Any) -> None:
+    """Each window's cross-rank dict equals a plain-Python reduction of all local stats."""
+    world, results = job
+    for window in ("mismatched", "rank_zero_idle", "all_idle", "all_equal", "after_shutdown"):
+        per_rank = [local_dict(r[window]) for r in results]
+        expected = reference(per_rank)
+        for rank in range(world):
+            assert results[rank][window]["reduced"], (window, rank)
+            got = results[rank][window]["dict"]["across_ranks"]
+            assert presence(got) == presence(expected), (window, rank)
+            assert numbers(got) == pytest.approx(numbers(expected), rel=1e-12), (window, rank)
+
+
+def test_mismatched_paths_union_absent_and_slowest_rank(job: Any) -> None:
+    """A slow rank, a rank without backward and one with an extra checkpoint: union, absent."""
+    world, results = job
+    slow, last = rank_worker.slow_rank(world), world - 1
+    across = results[0]["mismatched"]["dict"]["across_ranks"]
+    assert sorted(across) == [
+        "root.training",
+        "root.training.backward",
+        "root.training.checkpoint",
+        "root.training.data",
+        "root.training.forward",
+    ]
+    assert {path: (e["ranks"], e["absent"]) for path, e in across.items()} == {
+        "root.training": (world, []),
+        "root.training.backward": (world - 1, [1]),
+        "root.training.checkpoint": (1, list(range(world - 1))),
+        "root.training.data": (world, []),
+        "root.training.forward": (world, []),
+    }
+    assert across["root.training.forward"]["mean"] == pytest.approx(
+        {
+            "min": 0.100,
+            "max": 0.250,
+            "mean": (0.100 * (world - 1) + 0.250) / world,
+            "slowest_rank": slow,
+        }
+    )
+    # the absent ranks are not zeros: the one rank that checkpoints is min, max and mean
+    assert across["root.training.checkpoint"]["total"] == pytest.approx(
+        {"min": 1.5, "max": 1.5, "mean": 1.5, "slowest_rank": last}
+    )
+    assert across["root.training"]["mean"]["slowest_rank"] == last
+    for rank in range(world):
+        own = {"root.training", "root.training.data", "root.training.forward"}
+        own |= {"root.training.backward"} if rank != 1 else set()
+        own |= {"root.training.checkpoint"} if rank == last else set()
+        assert set(local_dict(results[rank]["mismatched"])) == own, rank
+
+
+def test_metric_names_of_the_slowest_rank(job: Any) -> None:
+    """as_metrics() names the slowest rank and the spread under {path}.{stat}.*_rank."""
+    world, results = job
+    metrics = results[world - 1]["mismatched"]["metrics"]
+    forward = {k: v for k, v in metrics.items() if k.startswith("timing.root.training.forward.")}
+    expected_names = {
+        f"timing.root.training.forward.{s}"
+        for s in ("count", "total", "mean", "min", "max", "std", "p50", "p90", "p99")
+    }
+    expected_names |= {
+        "timing.root.training.forward.self_time",
+        "timing.root.training.forward.ranks",
+    }
+    expected_names |= {
+        f"timing.root.training.forward.{stat}.{suffix}"
+        for stat in SPREAD_STATS
+        for suffix in SUFFIXES
+    }
+    assert set(forward) == expected_names
+    assert forward["timing.root.training.forward.mean.slowest_rank"] == rank_worker.slow_rank(world)
+    assert forward["timing.root.training.forward.mean.max_rank"] == pytest.approx(0.25)
+    assert forward["timing.root.training.forward.mean.min_rank"] == pytest.approx(0.1)
+    assert forward["timing.root.training.forward.ranks"] == world
+    assert metrics["timing.root.training.backward.ranks"] == world - 1
+
+
+def test_metrics_add_cross_rank_names_and_keep_the_local_ones(job: Any) -> None:
+    """The local {path}.{stat} metrics are unchanged; every extra name is a cross-rank one."""
+    _, results = job
+    for result in results:
+        for window in ("mismatched", "rank_zero_idle", "all_equal"):
+            metrics, local = result[window]["metrics"], result[window]["local_metrics"]
+            assert {k: metrics[k] for k in local} == local
+            extra = set(metrics) - set(local)
+            assert extra
+            assert all(k.endswith((".ranks", *(f".{s}" for s in SUFFIXES))) for k in extra)
+
+
+def test_a_rank_that_timed_nothing_is_absent_everywhere(job: Any) -> None:
+    """Rank 0 with an empty window joins the reduction; its paths come from the other ranks."""
+    world, results = job
+    idle = results[0]["rank_zero_idle"]
+    assert local_dict(idle) == {}
+    batch = idle["dict"]["across_ranks"]["root.eval.batch"]
+    assert (batch["ranks"], batch["absent"]) == (world - 1, [0])
+    assert batch["count"] == pytest.approx(
+        {"min": 1, "max": world - 1, "mean": world / 2, "slowest_rank": world - 1}
+    )
+    assert batch["mean"]["slowest_rank"] == world - 1
+    assert idle["metrics"]["timing.root.eval.batch.mean.max_rank"] == pytest.approx(0.01 * world)
+
+
+def test_all_ranks_idle_and_after_shutdown_give_empty_spreads(job: Any) -> None:
+    """With no path on any rank, and after shutdown, every rank gets {} and no hang."""
+    _, results = job
+    for result in results:
+        for window in ("all_idle", "after_shutdown"):
+            assert result[window]["dict"] == {"across_ranks": {}}
+            assert result[window]["metrics"] == {}
+        assert result["health"] == {"internal_errors": 0}
+
+
+def test_a_tie_names_the_lowest_rank(job: Any) -> None:
+    """When every rank has the same value the slowest rank is rank 0."""
+    _, results = job
+    barrier = results[-1]["all_equal"]["dict"]["across_ranks"]["root.sync.barrier"]
+    assert barrier["total"] == pytest.approx(
+        {"min": 0.02, "max": 0.02, "mean": 0.02, "slowest_rank": 0}
+    )
+    assert {barrier[stat]["slowest_rank"] for stat in SPREAD_STATS} == {0}
+
+
+# --- in this process: no process group, torch absent, one rank, a failing collective ---
+
+
+def _window(cap: Capture) -> None:
+    train = cap.lt.timer("training")
+    train.record("forward")
+    cap.clock.advance(0.5)
+    train.stop()
+
+
+def test_without_a_process_group_it_is_a_noop(
+    cap: Capture, caplog: pytest.LogCaptureFixture
+) -> None:
+    """No initialised group: the local snapshot, across_ranks None, one INFO line, no error."""
+    assert not dist.is_initialized()
+    _distributed._note_local_once.cache_clear()
+    _window(cap)
+    with caplog.at_level(logging.INFO, logger="looptrace"):
+        snap = cap.lt.reset(across_ranks=True)
+        cap.lt.reset(across_ranks=True)
+    assert snap.across_ranks is None
+    assert "across_ranks" not in snap.to_dict()
+    assert snap.as_metrics() == {
+        f"timing.{path}.{stat}": value
+        for path, stats in snap.items()
+        for stat, value in stats.to_dict().items()
+        if stat not in ("errors", "buckets")
+    }
+    assert [r.getMessage() for r in caplog.records] == [
+        "looptrace: reset(across_ranks=True) without an initialised torch.distributed "
+        "process group returns this rank's statistics only"
+    ]
+    assert cap.lt.health().internal_errors == 0
+
+
+def test_without_torch_it_never_imports_torch(
+    cap: Capture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A program that never imported torch.distributed gets the no-op without a torch import."""
+    monkeypatch.delitem(sys.modules, "torch.distributed")
+    monkeypatch.delitem(sys.modules, "looptrace._collectives")
+    _window(cap)
+    snap = cap.lt.reset(across_ranks=True)
+    assert snap.across_ranks is None
+    assert list(snap) == ["root.training", "root.training.forward"]
+    assert "torch.distributed" not in sys.modules
+    assert "looptrace._collectives" not in sys.modules
+
+
+@pytest.fixture
+def one_rank(tmp_path: Path) -> Iterator[None]:
+    """Initialise a real 1-rank gloo process group in this process; destroy it after."""
+    dist.init_process_group(
+        "gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1
+    )
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.usefixtures("one_rank")
+def test_one_rank_spread_is_its_own_stats(cap: Capture) -> None:
+    """A world of one: min, max and mean are the rank's value and it is the slowest."""
+    _window(cap)
+    snap = cap.lt.reset(across_ranks=True)
+    assert snap.across_ranks is not None
+    assert snap.to_dict()["across_ranks"] == {
+        path: {
+            "ranks": 1,
+            "absent": [],
+            **{
+                stat: {"min": v, "max": v, "mean": v, "slowest_rank": 0}
+                for stat in SPREAD_STATS
+                for v in [float(getattr(stats, stat))]
+            },
+        }
+        for path, stats in snap.items()
+    }
+
+
+@pytest.mark.usefixtures("one_rank")
+def test_a_failing_collective_is_counted_not_raised(
+    cap: Capture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An exception in a collective gives the local snapshot and one internal error."""
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("connection reset by peer")
+
+    monkeypatch.setattr(dist, "all_gather", broken)
+    _window(cap)
+    snap = cap.lt.reset(across_ranks=True)
+    assert snap.across_ranks is None
+    assert snap["root.training.forward"].total == 0.5
+    assert cap.lt.health().internal_errors == 1
+
+
+def test_spreads_skip_nan_and_break_ties_low() -> None:
+    """The reduction ignores NaN (absent), takes the lowest tied rank, NaN when none ran."""
+    nan = math.nan
+    row = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+    matrix = torch.tensor(
+        [
+            [row, [nan] * 6],
+            [[v * 3 for v in row], [nan] * 6],
+            [[v * 3 for v in row[:-1]] + [nan], [nan] * 6],
+        ],
+        dtype=torch.float64,
+    )
+    result = spreads(matrix, ["a", "b"], [(), (0, 1, 2)])
+    a, b = result["a"].to_dict(), result["b"].to_dict()
+    assert a == {
+        "ranks": 3,
+        "absent": [],
+        **{
+            stat: {"min": v, "max": 3 * v, "mean": 7 * v / 3, "slowest_rank": 1}
+            for stat, v in zip(SPREAD_STATS[:-1], row, strict=False)
+        },
+        "self_time": {"min": 6.0, "max": 18.0, "mean": 12.0, "slowest_rank": 1},
+    }
+    assert b["ranks"] == 0 and b["absent"] == [0, 1, 2]
+    assert all(math.isnan(b[s]["mean"]) and b[s]["slowest_rank"] is None for s in SPREAD_STATS)
