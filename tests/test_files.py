@@ -70,8 +70,6 @@ def test_span_file_holds_every_span_as_otlp_json(tmp_path: Path) -> None:
             {"key": "looptrace.path", "value": {"stringValue": "root.training.data"}},
             {"key": "looptrace.rank", "value": {"intValue": "0"}},
             {"key": "looptrace.world_size", "value": {"intValue": "1"}},
-            {"key": "thread.id", "value": {"intValue": str(data.attributes["thread.id"])}},  # type: ignore[index]
-            {"key": "thread.name", "value": {"stringValue": "MainThread"}},
             {"key": "looptrace.step", "value": {"intValue": "0"}},
         ],
         "status": {},

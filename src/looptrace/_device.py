@@ -244,7 +244,7 @@ class DeviceTiming:
         tracer: trace.Tracer | None,
         anchor: EpochAnchor,
         incidents: Incidents,
-        span_base: Callable[[Timer, ThreadState], dict[str, str | int]],
+        span_base: Callable[[Timer], dict[str, str | int]],
     ) -> None:
         self.clock = clock
         self._failed = False
@@ -283,8 +283,9 @@ class DeviceTiming:
         if context is not None:
             if queue.anchor is None:
                 queue.anchor = (self._anchor.epoch_ns(now), clock.record())
-            base = self._span_base(interval.node, state)
-            attributes = {**base, STEP: interval.step, DEVICE: True}
+            attributes = {**self._span_base(interval.node), STEP: interval.step, DEVICE: True}
+            if interval.parent is None:
+                attributes.update(state.thread)  # as on host laps
             request = SpanRequest(interval.node.name, context, attributes, clock.record())
         interval.device = open_segment(clock, interval, request)
 

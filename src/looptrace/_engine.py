@@ -50,6 +50,7 @@ class Engine:
         self.span_attributes = span_attributes
         self.incidents = incidents
         self.closed = False
+        self._attributes: dict[Timer, dict[str, str | int]] = {}
         self.local = threading.local()
         self._states: dict[int, ThreadState] = {}
         self._states_lock = threading.Lock()
@@ -180,7 +181,8 @@ class Engine:
             interval = Interval(node, node_state, parent, now, step, None)
             self.device.open(state, interval, context, now)
         else:
-            span = None if context is None else self._start_span(state, node, context, now, step)
+            thread = state.thread if parent is None else None  # sections share their lap's
+            span = None if context is None else self._start_span(node, context, now, step, thread)
             interval = Interval(node, node_state, parent, now, step, span)
         if parent is None:
             if context is not None and self.step_traces is not None:
@@ -372,14 +374,22 @@ class Engine:
     # -- spans ---------------------------------------------------------------------------
 
     def _start_span(
-        self, state: ThreadState, node: Timer, context: Context, now: int, step: int
+        self,
+        node: Timer,
+        context: Context,
+        now: int,
+        step: int,
+        thread: dict[str, str | int] | None = None,
     ) -> trace.Span | None:
         assert self.tracer is not None
+        attributes = {**self._span_base(node), STEP: step}
+        if thread is not None:
+            attributes.update(thread)
         try:
             return self.tracer.start_span(
                 node.name,
                 context=context,
-                attributes={**self._span_base(node, state), STEP: step},
+                attributes=attributes,
                 start_time=self.anchor.epoch_ns(now),
                 record_exception=False,
                 set_status_on_exception=False,
@@ -388,15 +398,10 @@ class Engine:
             self.incidents.failed("span start")
             return None
 
-    def _span_base(self, node: Timer, state: ThreadState) -> dict[str, str | int]:
-        """Return the attributes every span of `node` timed in `state`'s thread starts with."""
-        base = state.span_bases.get(node)
+    def _span_base(self, node: Timer) -> dict[str, str | int]:
+        base = self._attributes.get(node)
         if base is None:
-            base = state.span_bases[node] = {
-                PATH: node.path,
-                **self.span_attributes,
-                **state.thread,
-            }
+            base = self._attributes[node] = {PATH: node.path, **self.span_attributes}
         return base
 
     def _end_span(self, span: trace.Span, now: int, error: BaseException | None) -> None:

@@ -1,7 +1,8 @@
 """`looptrace perfetto`: spans as a Chrome / Perfetto trace (JSON), viewable with no server.
 
 Each span is a complete (`"X"`) event; `pid` is the rank (named "rank N @ host"), `tid` a thread
-of that rank (named after `thread.name`). Timestamps are microseconds since the earliest span of
+of that rank (named after `thread.name`, which looptrace puts on outermost laps; sections take
+their lap's). Timestamps are microseconds since the earliest span of
 all inputs, so several rank files merge into one timeline; the epoch of that origin is kept in
 `otherData`. Events on one tid always nest: a span that would overlap a sibling on its thread
 without nesting (two independent timers interleaved) goes to an extra track of that thread.
@@ -29,16 +30,16 @@ def chrome_trace(spans: Sequence[SpanRecord]) -> dict[str, Any]:
     tracks: dict[tuple[int, int | None], list[list[int]]] = defaultdict(list)
     tids: dict[tuple[int, int | None, int], int] = {}
     names: dict[tuple[int, int], str] = {}
+    threads = _threads(spans)
     for span in ordered:
         hosts.setdefault(span.rank, span.host)
-        lanes = tracks[(span.rank, span.thread_id)]
+        thread_id, thread_name = threads[span.span_id]
+        lanes = tracks[(span.rank, thread_id)]
         lane = _place(lanes, span.start_ns, span.end_ns)
-        key = (span.rank, span.thread_id, lane)
+        key = (span.rank, thread_id, lane)
         if key not in tids:
             tid = tids[key] = sum(1 for k in tids if k[0] == span.rank) + 1
-            base = span.thread_name or (
-                _NO_THREAD if span.thread_id is None else f"thread {span.thread_id}"
-            )
+            base = thread_name or (_NO_THREAD if thread_id is None else f"thread {thread_id}")
             names[(span.rank, tid)] = base if lane == 0 else f"{base} (overlapping {lane + 1})"
         events.append(_event(span, origin, tids[key]))
     meta: list[dict[str, Any]] = []
@@ -66,6 +67,32 @@ def _place(lanes: list[list[int]], start: int, end: int) -> int:
             return index
     lanes.append([end])
     return len(lanes) - 1
+
+
+def _threads(spans: Sequence[SpanRecord]) -> dict[str, tuple[int | None, str | None]]:
+    """Return each span's thread: its own `thread.id`, else that of its nearest ancestor.
+
+    looptrace puts the thread on outermost lap spans only; their sections run in the same
+    thread. The search stays within the span's rank (other ranks' laps may be its parent).
+    """
+    by_id = {s.span_id: s for s in spans}
+    found: dict[str, tuple[int | None, str | None]] = {}
+    for span in spans:
+        chain = []
+        current: SpanRecord | None = span
+        while current is not None and current.span_id not in found:
+            if current.thread_id is not None:
+                found[current.span_id] = (current.thread_id, current.thread_name)
+                break
+            chain.append(current.span_id)
+            parent = by_id.get(current.parent_id)
+            current = parent if parent is not None and parent.rank == span.rank else None
+            if current is not None and current.span_id in chain:
+                current = None  # a cycle in corrupt input
+        thread = found[current.span_id] if current is not None else (None, None)
+        for member in chain:
+            found[member] = thread
+    return found
 
 
 def _depths(spans: Sequence[SpanRecord]) -> dict[str, int]:
