@@ -12,7 +12,7 @@ from looptrace._sketch import RELATIVE_ACCURACY, QuantileSketch
 
 def _exact(values: list[int], q: float) -> float:
     ordered = sorted(values)
-    return float(ordered[math.floor(q * (len(ordered) - 1))])
+    return float(ordered[max(math.ceil(q * len(ordered)) - 1, 0)])  # nearest rank
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
@@ -48,3 +48,11 @@ def test_single_value() -> None:
     sketch = QuantileSketch()
     sketch.add(1234567)
     assert sketch.quantile(0.99) == pytest.approx(1234567, rel=RELATIVE_ACCURACY)
+
+
+def test_nearest_rank_on_few_values() -> None:
+    """p50 of [35, 67] ms is 35 ms and p99 is 67 ms (nearest rank), never below the mean."""
+    sketch = QuantileSketch()
+    sketch.add_sorted([35_000_000, 67_000_000])
+    assert sketch.quantile(0.5) == pytest.approx(35_000_000, rel=RELATIVE_ACCURACY)
+    assert sketch.quantile(0.99) == pytest.approx(67_000_000, rel=RELATIVE_ACCURACY)

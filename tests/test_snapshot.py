@@ -46,8 +46,8 @@ def test_to_dict_is_plain_data(cap: Capture) -> None:
         "max": 1.5,
         "std": 0.5,
         "p50": pytest.approx(0.5, rel=0.01),
-        "p90": pytest.approx(0.5, rel=0.01),
-        "p99": pytest.approx(0.5, rel=0.01),
+        "p90": pytest.approx(1.5, rel=0.01),
+        "p99": pytest.approx(1.5, rel=0.01),
         "self_time": 2.0,
         "errors": 0,
     }

@@ -48,10 +48,14 @@ class QuantileSketch:
         self.count += n
 
     def quantile(self, q: float) -> float:
-        """Return the q-quantile in nanoseconds (NaN when empty)."""
+        """Return the q-quantile in nanoseconds (NaN when empty).
+
+        The nearest-rank definition: the ceil(q * n)-th smallest value, so the p99 of a few
+        values is their largest, never below the mean of two.
+        """
         if self.count == 0:
             return math.nan
-        rank = q * (self.count - 1)
+        rank = max(math.ceil(q * self.count) - 1, 0)
         seen = 0
         for index in sorted(self.bins):
             seen += self.bins[index]

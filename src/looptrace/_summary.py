@@ -191,12 +191,12 @@ def _from_spans(spans: Sequence[SpanRecord], children_ns: Mapping[str, int]) -> 
 
 
 def _quantile(ordered: Sequence[float], q: float) -> float:
-    """Return the q-quantile of sorted values as snapshots define it: the lower neighbour.
+    """Return the q-quantile of sorted values as snapshots define it: by nearest rank.
 
-    The value at index `floor(q * (n - 1))`, as `QuantileSketch` does (without its 1 % error),
-    so a summary of span files agrees with the snapshots of the same run.
+    The ceil(q * n)-th smallest value, as `QuantileSketch` does (without its 1 % error), so a
+    summary of span files agrees with the snapshots of the same run.
     """
-    return ordered[math.floor(q * (len(ordered) - 1))]
+    return ordered[max(math.ceil(q * len(ordered)) - 1, 0)]
 
 
 def merge_windows(windows: Sequence[Window]) -> dict[str, SectionStats]:

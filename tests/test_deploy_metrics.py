@@ -1,0 +1,360 @@
+"""deploy/'s dashboard, rules and data sources read only what looptrace really emits.
+
+The checks compare against real output: spans and OTLP metrics from a looptrace run, the text
+its Prometheus endpoint serves, and a real Prometheus scraping that endpoint with deploy/'s
+own scrape config and rules.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+
+import looptrace
+from looptrace.testing import FakeClock, capture
+
+from .deploy_files import (
+    DASHBOARD,
+    DATASOURCES,
+    RULES,
+    TARGET_LABELS,
+    Usage,
+    dashboard_queries,
+    dashboard_variable_queries,
+    datasource_queries,
+    grafana_expr,
+    legend_labels,
+    load_json,
+    load_yaml,
+    prometheus_config,
+    promql_usage,
+    rules_usage,
+    trace_attributes,
+)
+
+LOCALHOST = "127.0.0.1"
+DURATION = "looptrace_section_duration_seconds"
+DROPPED = "looptrace_spans_dropped_total"
+
+
+def test_promql_usage_finds_every_kind_of_reference() -> None:
+    """Names and labels come from selectors, by/without, on/group_left and label_replace."""
+    usage = promql_usage(
+        'topk(3, sum by (a) (rate(m_sum{b="1"}[5m])) / on (c) group_left (d) '
+        'quantile without (e) (0.5, {__name__="n", f!="2"})) '
+        'or label_replace(o, "new", "$1", "g", "(.*)")'
+    )
+    assert usage == Usage(metrics={"m_sum", "n", "o"}, labels={"a", "b", "c", "d", "e", "f", "g"})
+
+
+def deploy_usage() -> tuple[Usage, set[str]]:
+    """Return what the dashboard, the rules and the data sources read, and the recorded names."""
+    dashboard, datasources = load_json(DASHBOARD), load_yaml(DATASOURCES)
+    usage, recorded = rules_usage(load_yaml(RULES))
+    for query in dashboard_queries(dashboard) + datasource_queries(datasources):
+        usage.add(promql_usage(grafana_expr(query.expr)))
+        usage.labels |= legend_labels(query.legend)
+    for _, selector, label in dashboard_variable_queries(dashboard):
+        usage.add(promql_usage(grafana_expr(selector)))
+        usage.labels.add(label)
+    return usage, recorded
+
+
+def laps(lt: looptrace.Looptrace, clock: Any, steps: int, data_s: float) -> None:
+    """Run `steps` training laps with nested sections on a fake clock."""
+    train = lt.timer("train")
+    forward = train.timer("forward")
+    for step in range(steps):
+        train.record("data")
+        clock.advance(data_s)
+        train.record("forward")
+        forward.record("encoder")
+        clock.advance(0.02)
+        train.record("backward")
+        clock.advance(0.03)
+        with train.section("optimizer"):
+            clock.advance(0.005)
+        if step < steps - 1:
+            train.record()  # the lap ends and the next starts
+    train.stop()
+
+
+def test_otlp_histogram_names_translate_to_what_the_dashboard_reads() -> None:
+    """looptrace.section.duration (s) and its attributes become the Prometheus names in use."""
+    cap = capture(rank=looptrace.RankInfo(rank=1, world_size=2))
+    laps(cap.lt, cap.clock, 3, 0.01)
+    cap.lt.reset()
+    (metric,) = [
+        m
+        for rm in cap.metrics.get_metrics_data().resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+    ]
+    keys = {k for point in metric.data.data_points for k in point.attributes}
+    cap.lt.shutdown()
+    # The collector's prometheus exporter: dots become underscores, unit s adds _seconds.
+    family = metric.name.replace(".", "_") + {"s": "_seconds"}[metric.unit]
+    labels = {k.replace(".", "_") for k in keys}
+    usage, _ = deploy_usage()
+    histogram = {f"{family}_{suffix}" for suffix in ("bucket", "count", "sum")}
+    assert family == "looptrace_section_duration_seconds"
+    assert histogram <= usage.metrics
+    assert sorted(usage.labels - TARGET_LABELS - {"le"} - labels) == []
+
+
+def test_trace_queries_use_span_attributes_looptrace_emits() -> None:
+    """Every span attribute in TraceQL, data links and trace-to-metrics tags is on real spans."""
+    cap = capture(rank=looptrace.RankInfo(rank=0, world_size=2))
+    laps(cap.lt, cap.clock, 2, 0.01)
+    cap.lt.shutdown()
+    emitted = {
+        f"span.{k}" for span in cap.spans.get_finished_spans() for k in span.attributes or {}
+    }
+    used = trace_attributes(load_json(DASHBOARD), load_yaml(DATASOURCES))
+    assert {"span.looptrace.path", "span.looptrace.rank"} <= used
+    assert sorted(used - emitted) == []
+
+
+def test_data_links_open_traceql_searches_in_tempo() -> None:
+    """Every data link of the dashboard opens Grafana's Explore on Tempo with a TraceQL query."""
+    panes = []
+    for panel in load_json(DASHBOARD)["panels"]:
+        for link in panel.get("fieldConfig", {}).get("defaults", {}).get("links", []):
+            url = urllib.parse.urlsplit(link["url"])
+            query = urllib.parse.parse_qs(url.query)
+            assert (url.path, query["schemaVersion"], query["orgId"]) == ("/explore", ["1"], ["1"])
+            (pane,) = json.loads(query["panes"][0]).values()
+            panes.append(pane)
+    assert len(panes) == 5
+    for pane in panes:
+        (target,) = pane["queries"]
+        assert pane["datasource"] == target["datasource"]["uid"] == "tempo"
+        assert pane["range"] == {"from": "${__from}", "to": "${__to}"}
+        assert target["queryType"] == "traceql"
+        assert target["query"].startswith("{ span.looptrace.path = ")
+
+
+# -- against looptrace's Prometheus endpoint ------------------------------------------------
+
+
+def require_prometheus_endpoint() -> None:
+    """Skip unless `configure()` can serve a Prometheus endpoint."""
+    if "prometheus" not in inspect.signature(looptrace.configure).parameters:
+        pytest.skip(
+            "looptrace.configure() has no `prometheus=` option (the Prometheus pull endpoint) "
+            "in this build, so there is no real exposition to check against"
+        )
+
+
+def free_port() -> int:
+    """Return a port the OS reports free on 127.0.0.1."""
+    with socket.socket() as sock:
+        sock.bind((LOCALHOST, 0))
+        return int(sock.getsockname()[1])
+
+
+def serving(rank: int, world_size: int, port: int) -> tuple[looptrace.Looptrace, FakeClock]:
+    """Configure a looptrace of one rank serving Prometheus on `port`, on a fake clock."""
+    clock = FakeClock()
+    options: dict[str, Any] = {"prometheus": f"{LOCALHOST}:{port}"}
+    lt = looptrace.configure(
+        tracer_provider=TracerProvider(),
+        clock=clock,
+        rank=looptrace.RankInfo(rank=rank, world_size=world_size),
+        trace_every=0,
+        **options,
+    )
+    return lt, clock
+
+
+def get(url: str) -> bytes:
+    """Return the body of a GET request."""
+    with urllib.request.urlopen(url, timeout=10) as response:
+        body: bytes = response.read()
+        return body
+
+
+def test_configs_read_only_names_and_labels_the_endpoint_serves() -> None:
+    """Dashboard, rules and data sources use only served series and labels, and use them all."""
+    require_prometheus_endpoint()
+    from prometheus_client.parser import text_string_to_metric_families
+
+    port = free_port()
+    lt, clock = serving(1, 2, port)
+    try:
+        laps(lt, clock, 3, 0.01)
+        lt.reset()
+        text = get(f"http://{LOCALHOST}:{port}/metrics").decode()
+    finally:
+        lt.shutdown()
+    samples = [s for f in text_string_to_metric_families(text) for s in f.samples]
+    served = {s.name for s in samples if s.name.startswith("looptrace_")}
+    served_labels = {label for s in samples if s.name in served for label in s.labels}
+    usage, recorded = deploy_usage()
+    assert {
+        "unknown metrics": sorted(usage.metrics - served - recorded),
+        "unknown labels": sorted(usage.labels - served_labels - TARGET_LABELS),
+        "served but unused": sorted(served - usage.metrics),
+    } == {"unknown metrics": [], "unknown labels": [], "served but unused": []}
+    assert served == {f"{DURATION}_bucket", f"{DURATION}_count", f"{DURATION}_sum", DROPPED}
+
+
+class PrometheusServer:
+    """A real Prometheus on deploy/'s config, with the test's targets substituted."""
+
+    def __init__(self, binary: str, targets: list[str], directory: Path) -> None:
+        self.port = free_port()
+        config = directory / "prometheus.yml"
+        config.write_text(prometheus_config(targets, interval="1s"))
+        self.log = directory / "prometheus.log"
+        with self.log.open("wb") as log:
+            self.process = subprocess.Popen(
+                [
+                    binary,
+                    f"--config.file={config}",
+                    f"--storage.tsdb.path={directory / 'data'}",
+                    f"--web.listen-address={LOCALHOST}:{self.port}",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        if not wait_for(self.ready, 60):
+            self.stop()
+            raise RuntimeError(f"Prometheus did not start:\n{self.log.read_text()[-3000:]}")
+
+    def ready(self) -> bool:
+        """Whether the server answers its readiness probe."""
+        if self.process.poll() is not None:
+            raise RuntimeError(f"Prometheus exited:\n{self.log.read_text()[-3000:]}")
+        try:
+            return get(f"http://{LOCALHOST}:{self.port}/-/ready") is not None
+        except (urllib.error.URLError, ConnectionError):
+            return False
+
+    def query(self, promql: str) -> list[dict[str, Any]]:
+        """Return the result vector of an instant query."""
+        url = f"http://{LOCALHOST}:{self.port}/api/v1/query?"
+        answer = json.loads(get(url + urllib.parse.urlencode({"query": promql})))
+        assert answer["status"] == "success", answer
+        return list(answer["data"]["result"])
+
+    def stop(self) -> None:
+        """Stop the server and everything it started."""
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(timeout=15)
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float) -> bool:
+    """Poll `predicate` every 0.2 s until it holds or `timeout` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
+@pytest.fixture
+def two_ranks(tmp_path: Path) -> Iterator[tuple[PrometheusServer, list[tuple[Any, FakeClock]]]]:
+    """Two ranks serving their endpoints, and a real Prometheus scraping both."""
+    require_prometheus_endpoint()
+    binary = os.environ.get("LOOPTRACE_TEST_PROMETHEUS") or shutil.which("prometheus")
+    if not binary:
+        pytest.skip("no prometheus binary; .ci/run installs Debian's prometheus package")
+    ports = [free_port(), free_port()]
+    ranks = [serving(rank, 2, port) for rank, port in enumerate(ports)]
+    server = None
+    try:
+        server = PrometheusServer(binary, [f"{LOCALHOST}:{p}" for p in ports], tmp_path)
+        yield server, ranks
+    finally:
+        if server is not None:
+            server.stop()
+        for lt, _ in ranks:
+            lt.shutdown()
+
+
+def test_every_dashboard_query_and_rule_answers_from_a_real_prometheus(
+    two_ranks: tuple[PrometheusServer, list[tuple[Any, FakeClock]]],
+) -> None:
+    """On deploy/'s scrape config and rules, every query returns data; rank 1 is the straggler."""
+    server, ranks = two_ranks
+    counts = f'{DURATION}_count{{looptrace_path="root.train"}}'
+    for window in (1, 2):  # two windows, scraped apart, so that rates are positive
+        for (lt, clock), data_s in zip(ranks, (0.01, 0.075), strict=True):
+            laps(lt, clock, 10, data_s)
+            lt.reset()
+
+        def scraped(n: int = 10 * window) -> bool:
+            return sorted(float(r["value"][1]) for r in server.query(counts)) == [n, n]
+
+        assert wait_for(scraped, 30), server.log.read_text()[-2000:]
+    recorded = "looptrace:section_rank_slowdown:ratio5m"
+    assert wait_for(
+        lambda: len(server.query(f'{recorded}{{looptrace_path="root.train"}}')) == 2, 30
+    )
+
+    values = {"job": "looptrace", "step": "root.train", "__rate_interval": "1m", "__range": "1m"}
+    dashboard, datasources = load_json(DASHBOARD), load_yaml(DATASOURCES)
+    empty = [
+        q.where
+        for q in dashboard_queries(dashboard) + datasource_queries(datasources)
+        if not server.query(grafana_expr(q.expr.replace('"x"', '"root.train.data"'), values))
+    ]
+    recordings = [
+        rule["record"]
+        for group in load_yaml(RULES)["groups"]
+        for rule in group["rules"]
+        if "record" in rule and not server.query(rule["record"])
+    ]
+    assert (empty, recordings) == ([], [])
+
+    # The step timer variable offers exactly the outermost timer.
+    (_, selector, label) = dashboard_variable_queries(dashboard)[1]
+    paths = {r["metric"][label] for r in server.query(grafana_expr(selector, values))}
+    step_regex = dashboard["templating"]["list"][1]["regex"].strip("/")
+    assert sorted(p for p in paths if re.fullmatch(step_regex, p)) == ["root.train"]
+
+    # Rank 1's step (0.13 s) against the median of 0.065 s and 0.13 s: 1.33, and it alerts.
+    (straggler_panel,) = [q for q in dashboard_queries(dashboard) if "Stragglers" in q.where]
+    slowest = server.query(grafana_expr(straggler_panel.expr, values))
+    ratios = {r["metric"]["looptrace_rank"]: float(r["value"][1]) for r in slowest}
+    assert ratios == {
+        "1": pytest.approx(0.13 / 0.0975, rel=1e-6),
+        "0": pytest.approx(0.065 / 0.0975, rel=1e-6),
+    }
+    (alert,) = [
+        r
+        for g in load_yaml(RULES)["groups"]
+        for r in g["rules"]
+        if r.get("alert") == "LooptraceStraggler"
+    ]
+    firing = {
+        (r["metric"]["looptrace_rank"], r["metric"]["looptrace_path"])
+        for r in server.query(alert["expr"])
+    }
+    assert ("1", "root.train") in firing and all(rank == "1" for rank, _ in firing)
+    assert not any(math.isnan(v) for v in ratios.values())
