@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from .otlp_receiver import LOCALHOST, free_port
+from .otlp_server import LOCALHOST, free_port
 
 
 def http_json(url: str, body: dict[str, Any] | None = None, timeout: float = 10.0) -> Any:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -11,24 +12,23 @@ from looptrace._cli import main
 from looptrace._demo import run_demo
 
 
-def test_demo_prints_a_tree_table(capsys: pytest.CaptureFixture[str]) -> None:
-    """Demo prints a title and a tree table whose rows are the loop's sections in order."""
-    assert main(["demo", "--steps", "100", "--seed", "1"]) == 0
+def test_demo_writes_files_and_prints_their_summary(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Demo writes spans and snapshots, prints the span file's tree table and the commands."""
+    out_dir = tmp_path / "demo"
+    assert main(["demo", "--steps", "100", "--seed", "1", "--out", str(out_dir)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith("looptrace demo: 100 simulated training steps")
-    assert lines[2].split() == [
-        "section",
-        "count",
-        "mean",
-        "p50",
-        "p99",
-        "total",
-        "%",
-        "parent",
-        "self",
-    ]
+    assert lines[0].startswith("looptrace demo: 100 simulated training steps, ")
+    assert lines[0].endswith(f" s of simulated time, written to {out_dir}/")
+    # 100 steps of 7 sections, 2 evaluations and 1 checkpoint
+    assert lines[2] == "span file: 703 spans, rank 0, steps 0-99"
+    assert lines[4].split() == [
+        "section", "count", "mean", "p50", "p99", "total", "%", "parent", "self",
+    ]  # fmt: skip
     # Children follow their parent, indented, the largest total first.
-    assert [line[: len(line) - len(line.lstrip())] + line.split()[0] for line in lines[3:]] == [
+    table = lines[5 : lines.index("", 5)]
+    assert [line[: len(line) - len(line.lstrip())] + line.split()[0] for line in table] == [
         "root.training",
         "  backward",
         "  eval",
@@ -39,6 +39,41 @@ def test_demo_prints_a_tree_table(capsys: pytest.CaptureFixture[str]) -> None:
         "  data",
         "  optimizer",
     ]
+    spans, snapshots = out_dir / "spans.jsonl", out_dir / "snapshots.jsonl"
+    assert lines[lines.index("", 5) + 1 :] == [
+        f"Spans:     {spans} (OTLP/JSON, one export batch per line)",
+        f"Snapshots: {snapshots} (one line per reset())",
+        "Look at them:",
+        f"  looptrace summary {snapshots}",
+        f"  looptrace plot {spans} -o {out_dir / 'timings.png'}",
+        f"  looptrace perfetto {spans} -o {out_dir / 'trace.json'}"
+        "   # then open it in https://ui.perfetto.dev",
+        f"  looptrace replay {spans} --endpoint http://localhost:4318"
+        "   # into a collector, Jaeger or Tempo",
+    ]
+
+
+def test_the_commands_the_demo_prints_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The summary, plot and perfetto commands the demo prints run on its files."""
+    assert main(["demo", "--steps", "200", "--out", str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    commands = [line.split("#")[0].split()[1:] for line in lines if line.startswith("  looptrace ")]
+    assert [c[0] for c in commands] == ["summary", "plot", "perfetto", "replay"]
+    for argv in commands[:3]:
+        assert main(argv) == 0, argv
+    out = capsys.readouterr().out
+    assert out.startswith("snapshot files: 2 windows, rank 0, closed at steps 100-200\n")
+    assert (tmp_path / "timings.png").stat().st_size > 10_000
+    assert (tmp_path / "trace.json").stat().st_size > 10_000
+
+
+def test_demo_replaces_the_files_of_an_earlier_demo(tmp_path: Path) -> None:
+    """Running the demo twice into one directory leaves one run's lines, not two."""
+    for _ in range(2):
+        run_demo(steps=20, directory=tmp_path)
+    assert len((tmp_path / "snapshots.jsonl").read_text().splitlines()) == 1
 
 
 def test_demo_statistics_are_consistent() -> None:

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from .otlp_receiver import OtlpReceiver
+from .otlp_server import OtlpReceiver
 
 # 30 laps of train with a data section each, a reset after 20; the 31st lap keeps running.
 # Batches would only leave after a minute, so whatever arrives was flushed by exit handling.

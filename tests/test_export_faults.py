@@ -18,7 +18,7 @@ from opentelemetry.sdk.trace import TracerProvider
 import looptrace
 from looptrace.testing import FakeClock
 
-from .otlp_receiver import OtlpReceiver, StalledServer, Tls, free_port
+from .otlp_server import OtlpReceiver, StalledServer, Tls, free_port
 
 PROTOCOLS = ["grpc", "http/protobuf"]
 

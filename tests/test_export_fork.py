@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from .otlp_receiver import OtlpReceiver
+from .otlp_server import OtlpReceiver
 
 PROGRAM = """
     import json, os, sys

@@ -18,7 +18,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 import looptrace
 from looptrace.testing import FakeClock
 
-from .otlp_receiver import OtlpReceiver
+from .otlp_server import OtlpReceiver
 
 PROTOCOLS = ["grpc", "http/protobuf"]
 BOUNDS = list(looptrace.Snapshot.boundaries)

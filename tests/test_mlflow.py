@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from .otlp_receiver import wait_until
+from .otlp_server import wait_until
 from .servers import Mlflow, binary
 
 

@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 import looptrace
 from looptrace.testing import FakeClock
 
-from .otlp_receiver import LOCALHOST, free_port, wait_until
+from .otlp_server import LOCALHOST, free_port, wait_until
 from .servers import Prometheus, binary
 
 

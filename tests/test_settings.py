@@ -20,7 +20,7 @@ from looptrace._settings import (
     resolve,
 )
 
-from .otlp_receiver import LOCALHOST
+from .otlp_server import LOCALHOST
 
 README = Path(__file__).parent.parent / "README.md"
 

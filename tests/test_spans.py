@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 from looptrace import RankInfo
 from looptrace.testing import Capture, capture
 
@@ -117,19 +119,27 @@ def test_lap_of_a_timer_nested_under_root_joins_roots_trace(cap: Capture) -> Non
     assert len(trace_ids) == 1
 
 
-def test_span_attributes_include_path_step_and_rank() -> None:
-    """Spans carry looptrace.path, looptrace.step and the rank attributes."""
+def test_span_attributes_include_path_step_rank_and_the_laps_thread() -> None:
+    """Spans carry path, step and rank; the outermost lap also names its thread."""
     cap = capture(rank=RankInfo(rank=3, world_size=8, local_rank=1, local_world_size=4))
     train = cap.lt.timer("training")
     train.record("forward")
     cap.clock.advance(0.5)
     train.stop()
-    (forward, _) = cap.finished_spans()
+    (forward, training) = cap.finished_spans()
     assert dict(forward.attributes or {}) == {
         "looptrace.path": "root.training.forward",
         "looptrace.step": 0,
         "looptrace.rank": 3,
         "looptrace.world_size": 8,
+    }
+    assert dict(training.attributes or {}) == {
+        "looptrace.path": "root.training",
+        "looptrace.step": 0,
+        "looptrace.rank": 3,
+        "looptrace.world_size": 8,
+        "thread.id": threading.get_ident(),
+        "thread.name": threading.current_thread().name,
     }
 
 
@@ -175,6 +185,29 @@ def test_section_spans_of_recursion_nest_under_the_same_path(cap: Capture) -> No
         ("walk", "training", "root.training.walk"),
         ("training", None, "root.training"),
     ]
+
+
+def test_laps_of_another_thread_carry_that_threads_id_and_name(cap: Capture) -> None:
+    """A lap timed in a worker thread names that thread; its sections carry no thread."""
+    seen: dict[str, object] = {}
+
+    def work() -> None:
+        seen["thread.id"] = threading.get_ident()
+        with cap.lt.timer("loader").section("read"):
+            cap.clock.advance(0.1)
+        cap.lt.timer("loader").stop()
+
+    worker = threading.Thread(target=work, name="prefetch")
+    worker.start()
+    worker.join()
+    threads = {
+        (s.name, (s.attributes or {}).get("thread.id"), (s.attributes or {}).get("thread.name"))
+        for s in cap.finished_spans()
+    }
+    assert threads == {
+        ("read", None, None),
+        ("loader", seen["thread.id"], "prefetch"),
+    }
 
 
 def test_a_failing_span_processor_never_reaches_the_loop() -> None:

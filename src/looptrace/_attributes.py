@@ -4,3 +4,5 @@ PATH = "looptrace.path"  # the section's full dotted path, e.g. root.training.fo
 STEP = "looptrace.step"  # lap index of the outermost running timer
 DEVICE = "looptrace.device"  # True on spans timed by device events
 SPAN_NAME = "span.name"  # the last path segment, as the OpenTelemetry span-metrics name it
+THREAD_ID = "thread.id"  # threading.get_ident() of the thread that timed the section
+THREAD_NAME = "thread.name"  # its name, e.g. MainThread

@@ -1,12 +1,17 @@
-"""The `looptrace` command line: `looptrace demo` (more commands build on the same parser)."""
+"""The `looptrace` command line: `demo`, and the offline `summary`, `perfetto`, `replay`, `plot`."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from pathlib import Path
 
 from looptrace import __version__
+from looptrace._commands import add_commands
 from looptrace._demo import demo_report, run_demo
+from looptrace._errors import TimerError
+from looptrace._reader import InputError
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -18,13 +23,18 @@ def _build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     demo = commands.add_parser(
         "demo",
-        help="time a simulated training loop and print the statistics",
-        description="Time a simulated training loop (no server, no GPU) and print a tree "
-        "table of the last window's statistics.",
-        epilog="example: looptrace demo --steps 500 --seed 1",
+        help="time a simulated training loop, write its files, print the statistics",
+        description="Time a simulated training loop (no server, no GPU, simulated time), write "
+        "its spans and snapshots into a directory, and print their summary and the commands "
+        "that show them.",
+        epilog="example: looptrace demo --steps 500 --seed 1 --out /tmp/looptrace-demo",
     )
     demo.add_argument("--steps", type=_positive, default=300, help="training steps (300)")
     demo.add_argument("--seed", type=int, default=0, help="random seed of the durations (0)")
+    demo.add_argument(
+        "--out", type=Path, default=Path("looptrace-demo"), help="directory (./looptrace-demo)"
+    )
+    add_commands(commands)
     return parser
 
 
@@ -38,9 +48,25 @@ def _positive(text: str) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Run the command line with `argv` (default: `sys.argv[1:]`); return the exit code."""
     args = _build_parser().parse_args(argv)
-    if args.command == "demo":
-        print(demo_report(run_demo(steps=args.steps, seed=args.seed)))
-    return 0
+    try:
+        if args.command == "demo":
+            result = run_demo(steps=args.steps, seed=args.seed, directory=args.out)
+            print(demo_report(result))
+            return 0
+        code: int = args.run(args)
+    except BrokenPipeError:  # the reader of our output went away (`| head`): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except (InputError, TimerError, OSError) as error:
+        print(f"looptrace {args.command}: error: {_one_line(error)}", file=sys.stderr)
+        return 1
+    return code
+
+
+def _one_line(error: BaseException) -> str:
+    if isinstance(error, OSError) and error.filename is not None:
+        return f"{error.filename}: {error.strerror}"
+    return str(error).splitlines()[0] if str(error) else type(error).__name__
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
+import socket
 import weakref
 from collections.abc import Mapping
 
 from opentelemetry import metrics, trace
 from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
-from opentelemetry.sdk.resources import SERVICE_INSTANCE_ID, SERVICE_NAME, Resource
+from opentelemetry.sdk.resources import HOST_NAME, SERVICE_INSTANCE_ID, SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
 
@@ -19,7 +20,8 @@ from looptrace._device import CudaEventClock, DeviceClock, SyncedClock
 from looptrace._engine import Engine
 from looptrace._errors import TimerError
 from looptrace._exit import install_exit_flush
-from looptrace._exporters import ExportPipeline
+from looptrace._exporters import export_pipeline
+from looptrace._files import FileOutputs, PathLike
 from looptrace._health import Incidents
 from looptrace._ids import StepIdGenerator, StepTraces
 from looptrace._looptrace import Looptrace
@@ -28,7 +30,7 @@ from looptrace._outputs import Outputs
 from looptrace._processor import SCOPE, AggregatingSpanProcessor
 from looptrace._ranks import RankInfo
 from looptrace._sampling import LapSampler
-from looptrace._settings import ExportOptions, resolve
+from looptrace._settings import ExportOptions
 
 
 def configure(
@@ -42,6 +44,8 @@ def configure(
     rank: RankInfo | None = None,
     run_id: str | None = None,
     max_paths: int = 1000,
+    trace_file: PathLike | None = None,
+    snapshot_file: PathLike | None = None,
     device_clock: DeviceClock | None = None,
     device_sync: bool = False,
     otlp_endpoint: str | None = None,
@@ -80,6 +84,14 @@ def configure(
             `TORCHELASTIC_RUN_ID`, Slurm's `SLURM_JOB_ID.SLURM_STEP_ID`, Open MPI's job id).
             Without any, every lap gets random ids.
         max_paths: distinct section paths kept apart; later ones count under `"other"`.
+        trace_file: also append spans to this file as OTLP/JSON lines (one export batch per
+            line; needs the `files` extra); falls back to `LOOPTRACE_TRACE_FILE`. A `{rank}`
+            placeholder is replaced by the rank; without one, jobs of several processes get
+            `.rank<N>` before the suffix. Spans of other instrumentation on the same provider
+            are written too.
+        snapshot_file: append every `reset()` window's statistics to this file as one JSON
+            line (step, time, rank, per-path statistics); falls back to
+            `LOOPTRACE_SNAPSHOT_FILE`; named per rank like `trace_file`.
         device_clock: the events device timers use (default: CUDA events through torch,
             made when the first device timer starts); tests pass
             `looptrace.testing.FakeDeviceClock()`.
@@ -115,11 +127,16 @@ def configure(
     name = service_name or os.environ.get("OTEL_SERVICE_NAME") or "looptrace"
     incidents = Incidents()
     outputs = Outputs()
-
-    resource = Resource.create(
-        {SERVICE_NAME: name, SERVICE_INSTANCE_ID: rank.instance_id, **rank.attributes()}
-    )
     disabled = os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true"
+    files = FileOutputs(
+        trace_file=trace_file,
+        snapshot_file=snapshot_file,
+        rank=rank,
+        incidents=incidents,
+        tracing=not disabled,
+    )
+
+    resource = looptrace_resource(name, rank)
 
     meter_provider = meter_provider or _global_sdk_meter_provider()
     options = ExportOptions(
@@ -136,22 +153,20 @@ def configure(
         metrics_exporter=metrics_exporter,
         prometheus=prometheus,
     )
-    owns_traces = tracer_provider is None and _global_sdk_tracer_provider() is None
-    settings = resolve(
-        options,
-        owns_traces=owns_traces and not disabled,
-        owns_metrics=meter_provider is None,
-        local_rank=rank.local_rank,
-    )
     host_clock = clock or MonotonicClock()
     if device_sync:
         host_clock = SyncedClock(host_clock, device_clock or _cuda_clock("device_sync=True"))
-    pipeline = None  # made last among what can fail: it may hold a listening port
-    if settings.any and not disabled:
-        pipeline = ExportPipeline(
-            settings, resource=resource, attributes=rank.span_attributes(), incidents=incidents
-        )
-        pipeline.install(outputs)
+    # Made last among what can fail: it may hold a listening port.
+    pipeline = export_pipeline(
+        options,
+        owns_traces=tracer_provider is None and _global_sdk_tracer_provider() is None,
+        owns_metrics=meter_provider is None,
+        disabled=disabled,
+        resource=resource,
+        rank=rank,
+        incidents=incidents,
+        outputs=outputs,
+    )
     recorder = (
         HistogramRecorder(meter_provider, rank.span_attributes(), incidents)
         if meter_provider is not None and not disabled
@@ -163,6 +178,7 @@ def configure(
     aggregator = Aggregator(max_paths=max_paths, recorder=recorder)
 
     tracer: trace.Tracer | None = None
+    provider: trace.TracerProvider | None = None
     step_traces: StepTraces | None = None
     processor: AggregatingSpanProcessor | None = None
     if not disabled:
@@ -198,6 +214,7 @@ def configure(
     )
     if device_sync:
         engine.device.disable()  # every boundary is already host-aligned
+    files.attach(provider, outputs, step=engine.steps_done)
     lt = Looptrace(
         engine=engine,
         aggregator=aggregator,
@@ -209,6 +226,18 @@ def configure(
     if pipeline is not None:
         install_exit_flush(lt, pipeline)
     return lt
+
+
+def looptrace_resource(service_name: str, rank: RankInfo) -> Resource:
+    """Return the Resource of a provider looptrace installs: service, host and rank."""
+    return Resource.create(
+        {
+            SERVICE_NAME: service_name,
+            SERVICE_INSTANCE_ID: rank.instance_id,
+            HOST_NAME: socket.gethostname(),
+            **rank.attributes(),
+        }
+    )
 
 
 def _cuda_clock(setting: str) -> CudaEventClock:

@@ -1,23 +1,43 @@
-"""`looptrace demo`: a simulated training loop timed by looptrace, printed as a tree table."""
+"""`looptrace demo`: a simulated training loop timed by looptrace, written to files.
+
+The loop runs on a fake clock (simulated time, no sleeping), writes its spans and snapshots into
+a directory, and prints the summary of those files and the commands that show them.
+"""
 
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from pathlib import Path
 
-from looptrace._configure import configure
+from opentelemetry.sdk.trace import TracerProvider
+
+from looptrace._configure import configure, looptrace_resource
+from looptrace._errors import TimerError
+from looptrace._looptrace import Looptrace
 from looptrace._ranks import RankInfo
+from looptrace._reader import load_windows, open_inputs
 from looptrace._snapshot import Snapshot
+from looptrace._summary import render_summary, summarize_spans, summarize_windows
 from looptrace._table import render_table
 from looptrace.testing import FakeClock
+
+SPAN_FILE = "spans.jsonl"
+SNAPSHOT_FILE = "snapshots.jsonl"
 
 
 @dataclass(frozen=True)
 class DemoResult:
-    """What a demo run produced: the last window's snapshot and the number of steps."""
+    """What a demo run produced: the last window's snapshot, the steps and the files written.
+
+    `span_file` is None when the OTLP encoder (the `files` extra) is not installed.
+    """
 
     snapshot: Snapshot
     steps: int
+    seconds: float
+    span_file: Path | None = None
+    snapshot_file: Path | None = None
 
 
 class _Work:
@@ -34,15 +54,20 @@ class _Work:
         self._clock.advance(seconds)
 
 
-def run_demo(steps: int = 300, seed: int = 0, reset_every: int = 100) -> DemoResult:
+def run_demo(
+    steps: int = 300, seed: int = 0, reset_every: int = 100, directory: Path | None = None
+) -> DemoResult:
     """Time `steps` simulated training steps on simulated time; return the last window.
 
     The loop has data loading, a forward pass with an encoder and a decoder, backward and an
-    optimizer step, an evaluation every 50 steps and a checkpoint every 100.
+    optimizer step, an evaluation every 50 steps and a checkpoint every 100. With `directory`,
+    spans and snapshots are written there (replacing the files of an earlier demo).
     """
     clock = FakeClock()
+    start = clock.monotonic_ns()
     work = _Work(clock, random.Random(seed))
-    lt = configure("looptrace-demo", clock=clock, rank=RankInfo(), trace_every=1)
+    provider = TracerProvider(resource=looptrace_resource("looptrace-demo", RankInfo()))
+    lt, span_file, snapshot_file = _configure(clock, provider, directory)
     train = lt.timer("training")
     forward = train.timer("forward")
     snapshot = lt.reset()
@@ -64,19 +89,96 @@ def run_demo(steps: int = 300, seed: int = 0, reset_every: int = 100) -> DemoRes
         if step % 100 == 0:
             with train.section("checkpoint"):
                 work.spend(4.0, spread=0.3)
-        train.record()
-        if step % reset_every == 0:
+        if step < steps:
+            train.record()  # the step ends, the next one starts
+        else:
+            train.stop()
+        if step % reset_every == 0 or step == steps:
             snapshot = lt.reset()
-    train.stop()
     lt.shutdown()
-    return DemoResult(snapshot=snapshot, steps=steps)
+    provider.shutdown()
+    return DemoResult(
+        snapshot=snapshot,
+        steps=steps,
+        seconds=(clock.monotonic_ns() - start) / 1e9,
+        span_file=span_file,
+        snapshot_file=snapshot_file,
+    )
+
+
+def _configure(
+    clock: FakeClock, provider: TracerProvider, directory: Path | None
+) -> tuple[Looptrace, Path | None, Path | None]:
+    """Return the demo's looptrace (every step traced) and the span and snapshot files."""
+
+    def make(trace_file: Path | None = None, snapshot_file: Path | None = None) -> Looptrace:
+        return configure(
+            "looptrace-demo",
+            clock=clock,
+            rank=RankInfo(),
+            tracer_provider=provider,
+            trace_every=1,
+            trace_file=trace_file,
+            snapshot_file=snapshot_file,
+        )
+
+    if directory is None:
+        return make(), None, None
+    spans, snapshots = directory / SPAN_FILE, directory / SNAPSHOT_FILE
+    spans.unlink(missing_ok=True)
+    snapshots.unlink(missing_ok=True)
+    try:
+        return make(trace_file=spans, snapshot_file=snapshots), spans, snapshots
+    except TimerError:  # no OTLP encoder (the `files` extra): snapshots only
+        return make(snapshot_file=snapshots), None, snapshots
 
 
 def demo_report(result: DemoResult) -> str:
-    """Return the printed report: a title line and the tree table."""
-    window = (result.snapshot.end_ns - result.snapshot.start_ns) / 1e9
+    """Return the printed report: a title, the summary of the files, and how to look at them."""
     title = (
-        f"looptrace demo: {result.steps} simulated training steps; "
-        f"last window {window:.1f} s of simulated time"
+        f"looptrace demo: {result.steps} simulated training steps, "
+        f"{result.seconds:.1f} s of simulated time"
     )
-    return f"{title}\n\n{render_table(result.snapshot)}"
+    snapshots, spans = result.snapshot_file, result.span_file
+    if snapshots is None:
+        return f"{title}; the last window:\n\n{render_table(result.snapshot)}"
+    directory = snapshots.parent
+    lines = [f"{title}, written to {directory}/", "", _summary(result), ""]
+    if spans is None:
+        lines += [
+            f"Snapshots: {snapshots} (one line per reset())",
+            "Spans:     not written; they need the OTLP encoder: pip install 'looptrace[files]'",
+            "Look at them:",
+            f"  looptrace summary {snapshots}",
+            f"  looptrace plot {snapshots} -o {directory / 'timings.png'}",
+        ]
+    else:
+        lines += [
+            f"Spans:     {spans} (OTLP/JSON, one export batch per line)",
+            f"Snapshots: {snapshots} (one line per reset())",
+            "Look at them:",
+            f"  looptrace summary {snapshots}",
+            f"  looptrace plot {spans} -o {directory / 'timings.png'}",
+            f"  looptrace perfetto {spans} -o {directory / 'trace.json'}"
+            "   # then open it in https://ui.perfetto.dev",
+            f"  looptrace replay {spans} --endpoint http://localhost:4318"
+            "   # into a collector, Jaeger or Tempo",
+        ]
+    return "\n".join(lines)
+
+
+def _summary(result: DemoResult) -> str:
+    """Return the summary of the span file (exact), else of the snapshot file."""
+    if result.span_file is not None:
+        from looptrace._span_records import load_spans  # noqa: PLC0415 - needs the extra
+
+        _, files = open_inputs([str(result.span_file)], _ignore)
+        return "span file: " + render_summary(summarize_spans(load_spans(files, _ignore)))
+    assert result.snapshot_file is not None
+    kind, files = open_inputs([str(result.snapshot_file)], _ignore)
+    windows = load_windows(kind, files, _ignore)
+    return "snapshot file: " + render_summary(summarize_windows(windows))
+
+
+def _ignore(_message: str) -> None:
+    """Drop reader warnings: the demo's own files are complete."""

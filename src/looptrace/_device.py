@@ -284,6 +284,8 @@ class DeviceTiming:
             if queue.anchor is None:
                 queue.anchor = (self._anchor.epoch_ns(now), clock.record())
             attributes = {**self._span_base(interval.node), STEP: interval.step, DEVICE: True}
+            if interval.parent is None:
+                attributes.update(state.thread)  # as on host laps
             request = SpanRequest(interval.node.name, context, attributes, clock.record())
         interval.device = open_segment(clock, interval, request)
 

@@ -74,6 +74,19 @@ class Engine:
         self.local.state = state
         return state
 
+    def steps_done(self) -> int | None:
+        """Return how many outermost laps the calling thread has completed (None: no laps).
+
+        With several outermost timers, the largest count. It is the step a `reset()` window
+        closes at: the spans of that window have `looptrace.step` below it.
+        """
+        state: ThreadState | None = getattr(self.local, "state", None)
+        if state is None:
+            return None
+        running = {interval.node for interval in state.tops}
+        done = [node.laps - (timer in running) for timer, node in state.nodes.items() if node.laps]
+        return max(done, default=None)
+
     def merge_pending(self, state: ThreadState) -> None:
         """Merge a thread's pending measurements into the window (bounds memory)."""
         aggregator = self.aggregator
@@ -168,7 +181,8 @@ class Engine:
             interval = Interval(node, node_state, parent, now, step, None)
             self.device.open(state, interval, context, now)
         else:
-            span = None if context is None else self._start_span(node, context, now, step)
+            thread = state.thread if parent is None else None  # sections share their lap's
+            span = None if context is None else self._start_span(node, context, now, step, thread)
             interval = Interval(node, node_state, parent, now, step, span)
         if parent is None:
             if context is not None and self.step_traces is not None:
@@ -359,13 +373,23 @@ class Engine:
 
     # -- spans ---------------------------------------------------------------------------
 
-    def _start_span(self, node: Timer, context: Context, now: int, step: int) -> trace.Span | None:
+    def _start_span(
+        self,
+        node: Timer,
+        context: Context,
+        now: int,
+        step: int,
+        thread: dict[str, str | int] | None = None,
+    ) -> trace.Span | None:
         assert self.tracer is not None
+        attributes = {**self._span_base(node), STEP: step}
+        if thread is not None:
+            attributes.update(thread)
         try:
             return self.tracer.start_span(
                 node.name,
                 context=context,
-                attributes={**self._span_base(node), STEP: step},
+                attributes=attributes,
                 start_time=self.anchor.epoch_ns(now),
                 record_exception=False,
                 set_status_on_exception=False,

@@ -23,13 +23,46 @@ from looptrace._cumulative import CumulativeHistograms
 from looptrace._errors import ConfigError
 from looptrace._health import Incidents
 from looptrace._outputs import Outputs
-from looptrace._settings import ExportSettings
+from looptrace._ranks import RankInfo
+from looptrace._settings import ExportOptions, ExportSettings, resolve
 from looptrace._snapshot import Snapshot
 from looptrace._span_export import CountingSpanExporter, ExportingSpanProcessor, bounded
 
 if TYPE_CHECKING:
     from looptrace._otlp import MetricPusher
     from looptrace._prometheus import PrometheusEndpoint
+
+
+def export_pipeline(
+    options: ExportOptions,
+    *,
+    owns_traces: bool,
+    owns_metrics: bool,
+    disabled: bool,
+    resource: Resource,
+    rank: RankInfo,
+    incidents: Incidents,
+    outputs: Outputs,
+) -> ExportPipeline | None:
+    """Resolve the exporters and build their pipeline, hooked into `outputs`; None if none.
+
+    Raises:
+        ConfigError: a setting that cannot be used, before anything is started.
+
+    """
+    settings = resolve(
+        options,
+        owns_traces=owns_traces and not disabled,
+        owns_metrics=owns_metrics,
+        local_rank=rank.local_rank,
+    )
+    if disabled or not settings.any:
+        return None
+    pipeline = ExportPipeline(
+        settings, resource=resource, attributes=rank.span_attributes(), incidents=incidents
+    )
+    pipeline.install(outputs)
+    return pipeline
 
 
 class ExportPipeline:

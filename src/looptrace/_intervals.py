@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 from opentelemetry import trace
 from opentelemetry.context import Context
 
+from looptrace._attributes import THREAD_ID, THREAD_NAME
+
 if TYPE_CHECKING:
     from looptrace._device import DeviceQueue, DeviceTrack
     from looptrace._timer import Timer
@@ -82,7 +84,7 @@ class Interval:
 class ThreadState:
     """The timers of one thread; only `reset()` and thread exit contend for its lock."""
 
-    __slots__ = ("device", "full", "lock", "nodes", "tops")
+    __slots__ = ("device", "full", "lock", "nodes", "thread", "tops")
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -90,6 +92,12 @@ class ThreadState:
         self.tops: list[Interval] = []
         self.full = False  # some node holds FOLD_AT measurements: merge after the call
         self.device: DeviceQueue | None = None  # device segments waiting for their events
+        # Made in the thread it describes. Outermost lap spans carry it (their sections are in
+        # the same thread), so viewers can lay threads apart.
+        self.thread: dict[str, str | int] = {
+            THREAD_ID: threading.get_ident(),
+            THREAD_NAME: threading.current_thread().name,
+        }
 
     def node(self, timer: Timer) -> NodeState:
         """Return the state of `timer` in this thread, creating it on first use."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from looptrace._snapshot import SectionStats
 
@@ -21,43 +21,64 @@ def format_seconds(seconds: float) -> str:
     return f"{seconds * 1e9:.0f} ns"
 
 
-def tree_rows(stats: Mapping[str, SectionStats]) -> list[tuple[str, ...]]:
-    """Return one row per path, each parent followed by its children, largest total first."""
+def tree_paths(stats: Mapping[str, SectionStats]) -> list[tuple[str, str, int]]:
+    """Return `(path, parent, depth)` per path, each parent followed by its children.
+
+    Siblings come largest total first; `parent` is the nearest listed ancestor ("" if none).
+    """
     children: dict[str, list[str]] = {}
     for path in stats:
         children.setdefault(_nearest_parent(stats, path), []).append(path)
-    rows: list[tuple[str, ...]] = []
+    order: list[tuple[str, str, int]] = []
 
     def visit(parent: str, depth: int) -> None:
         for path in sorted(children.get(parent, ()), key=lambda p: (-stats[p].total, p)):
-            entry = stats[path]
-            share = (
-                f"{100 * entry.total / stats[parent].total:.1f}"
-                if parent and stats[parent].total > 0
-                else ""
-            )
-            rows.append(
-                (
-                    "  " * depth + (path[len(parent) + 1 :] if parent else path),
-                    str(entry.count),
-                    format_seconds(entry.mean),
-                    format_seconds(entry.p50),
-                    format_seconds(entry.p99),
-                    format_seconds(entry.total),
-                    share,
-                    format_seconds(entry.self_time),
-                )
-            )
+            order.append((path, parent, depth))
             visit(path, depth + 1)
 
     visit("", 0)
+    return order
+
+
+def tree_rows(stats: Mapping[str, SectionStats]) -> list[tuple[str, ...]]:
+    """Return one row of `COLUMNS` per path, in the order of `tree_paths`."""
+    rows: list[tuple[str, ...]] = []
+    for path, parent, depth in tree_paths(stats):
+        entry = stats[path]
+        share = (
+            f"{100 * entry.total / stats[parent].total:.1f}"
+            if parent and stats[parent].total > 0
+            else ""
+        )
+        rows.append(
+            (
+                "  " * depth + (path[len(parent) + 1 :] if parent else path),
+                str(entry.count),
+                format_seconds(entry.mean),
+                format_seconds(entry.p50),
+                format_seconds(entry.p99),
+                format_seconds(entry.total),
+                share,
+                format_seconds(entry.self_time),
+            )
+        )
     return rows
 
 
-def render_table(stats: Mapping[str, SectionStats]) -> str:
-    """Return the tree table of `stats` as aligned text, header first."""
-    rows = [COLUMNS, *tree_rows(stats)]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
+def render_table(
+    stats: Mapping[str, SectionStats],
+    extra: Sequence[tuple[str, Mapping[str, str]]] = (),
+) -> str:
+    """Return the tree table of `stats` as aligned text, header first.
+
+    `extra` adds columns after the standard ones: `(header, {path: cell})`.
+    """
+    paths = [path for path, _, _ in tree_paths(stats)]
+    header = (*COLUMNS, *(name for name, _ in extra))
+    rows = [header]
+    for path, row in zip(paths, tree_rows(stats), strict=True):
+        rows.append((*row, *(cells.get(path, "") for _, cells in extra)))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     lines = []
     for row in rows:
         cells = [row[0].ljust(widths[0])]

@@ -1,0 +1,365 @@
+"""A test OTLP receiver (gRPC and HTTP, real protobuf wire format) with injectable faults.
+
+It stores what it receives as plain dicts, can demand a header, serve TLS, be stopped and
+restarted on the same port; `StalledServer` accepts connections and never answers.
+"""
+
+from __future__ import annotations
+
+import datetime
+import gzip
+import ipaddress
+import socket
+import ssl
+import threading
+import time
+import zlib
+from collections.abc import Callable
+from concurrent import futures
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import grpc
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metrics_service_pb2_grpc
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+
+LOCALHOST = "127.0.0.1"
+
+
+def free_port() -> int:
+    """Return a port the OS reports free on 127.0.0.1 (nothing listens there afterwards)."""
+    with socket.socket() as sock:
+        sock.bind((LOCALHOST, 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 0.05) -> bool:
+    """Poll `predicate` until it holds or `timeout` seconds pass; return its last value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if predicate():
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(interval)
+
+
+@dataclass(frozen=True)
+class Tls:
+    """A self-signed certificate for 127.0.0.1 and its key, as PEM files."""
+
+    cert: Path
+    key: Path
+
+    @classmethod
+    def generate(cls, directory: Path) -> Tls:
+        """Write a fresh self-signed certificate valid for 127.0.0.1 and localhost."""
+        key = ec.generate_private_key(ec.SECP256R1())
+        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "looptrace test receiver")])
+        now = datetime.datetime.now(datetime.timezone.utc)
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(name)
+            .issuer_name(name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(
+                x509.SubjectAlternativeName(
+                    [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address(LOCALHOST))]
+                ),
+                critical=False,
+            )
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256())
+        )
+        cert_path, key_path = directory / "receiver.crt", directory / "receiver.key"
+        cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        key_path.write_bytes(
+            key.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.PKCS8,
+                serialization.NoEncryption(),
+            )
+        )
+        return cls(cert_path, key_path)
+
+
+def attributes(values: Any) -> dict[str, Any]:
+    """Return OTLP `KeyValue`s as a plain dict."""
+    return {kv.key: _value(kv.value) for kv in values}
+
+
+def _value(value: AnyValue) -> Any:
+    kind = value.WhichOneof("value")
+    return None if kind is None else getattr(value, kind)
+
+
+class OtlpReceiver:
+    """Receives OTLP traces and metrics over gRPC or HTTP/protobuf on 127.0.0.1."""
+
+    def __init__(
+        self,
+        protocol: str,
+        *,
+        port: int = 0,
+        tls: Tls | None = None,
+        require: tuple[str, str] | None = None,
+    ) -> None:
+        self.protocol = protocol
+        self.port = port
+        self.tls = tls
+        self.require = require
+        self.spans: list[dict[str, Any]] = []
+        self.metric_requests: list[metrics_service_pb2.ExportMetricsServiceRequest] = []
+        self.headers: list[dict[str, str]] = []
+        self.rejected = 0
+        self._lock = threading.Lock()
+        self._grpc: grpc.Server | None = None
+        self._http: ThreadingHTTPServer | None = None
+
+    @property
+    def endpoint(self) -> str:
+        """Return the URL to configure looptrace with."""
+        return f"{'https' if self.tls else 'http'}://{LOCALHOST}:{self.port}"
+
+    def start(self) -> OtlpReceiver:
+        """Listen (on the same port again after a `stop()`)."""
+        if self.protocol == "grpc":
+            self._start_grpc()
+        else:
+            self._start_http()
+        return self
+
+    def stop(self) -> None:
+        """Stop listening; what was received stays."""
+        if self._grpc is not None:
+            self._grpc.stop(grace=None).wait()
+            self._grpc = None
+        if self._http is not None:
+            self._http.shutdown()
+            self._http.server_close()
+            self._http = None
+
+    def __enter__(self) -> OtlpReceiver:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- what arrived -----------------------------------------------------------------------
+
+    def wait_for_spans(self, count: int, timeout: float = 10.0) -> bool:
+        """Wait until at least `count` spans arrived."""
+        return wait_until(lambda: len(self.spans) >= count, timeout)
+
+    def wait_for_metrics(
+        self, predicate: Callable[[dict[str, Any]], bool], timeout: float = 10.0
+    ) -> bool:
+        """Wait until the latest metrics request, as `latest_metrics()`, satisfies `predicate`."""
+        return wait_until(
+            lambda: bool(self.metric_requests) and predicate(self.latest_metrics()), timeout
+        )
+
+    def latest_metrics(self) -> dict[str, Any]:
+        """Return the last metrics request as `{metric: {series key: point dict}}`."""
+        with self._lock:
+            request = self.metric_requests[-1]
+        result: dict[str, Any] = {}
+        for resource_metrics in request.resource_metrics:
+            for scope_metrics in resource_metrics.scope_metrics:
+                for metric in scope_metrics.metrics:
+                    result[metric.name] = _points(metric)
+        return result
+
+    def _accept(self, headers: dict[str, str]) -> bool:
+        with self._lock:
+            self.headers.append(headers)
+            if self.require is not None and headers.get(self.require[0]) != self.require[1]:
+                self.rejected += 1
+                return False
+        return True
+
+    def _add_traces(self, request: trace_service_pb2.ExportTraceServiceRequest) -> None:
+        spans = []
+        for resource_spans in request.resource_spans:
+            resource = attributes(resource_spans.resource.attributes)
+            for scope_spans in resource_spans.scope_spans:
+                for span in scope_spans.spans:
+                    spans.append(
+                        {
+                            "name": span.name,
+                            "trace_id": span.trace_id.hex(),
+                            "span_id": span.span_id.hex(),
+                            "parent": span.parent_span_id.hex() or None,
+                            "attributes": attributes(span.attributes),
+                            "resource": resource,
+                            "scope": scope_spans.scope.name,
+                            "start": span.start_time_unix_nano,
+                            "end": span.end_time_unix_nano,
+                        }
+                    )
+        with self._lock:
+            self.spans.extend(spans)
+
+    def _add_metrics(self, request: metrics_service_pb2.ExportMetricsServiceRequest) -> None:
+        with self._lock:
+            self.metric_requests.append(request)
+
+    # -- gRPC ------------------------------------------------------------------------------
+
+    def _start_grpc(self) -> None:
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        receiver = self
+
+        class Traces(trace_service_pb2_grpc.TraceServiceServicer):
+            def Export(self, request: Any, context: Any) -> Any:  # noqa: N802 - gRPC's name
+                if not receiver._accept(dict(context.invocation_metadata())):
+                    context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong token")
+                receiver._add_traces(request)
+                return trace_service_pb2.ExportTraceServiceResponse()
+
+        class Metrics(metrics_service_pb2_grpc.MetricsServiceServicer):
+            def Export(self, request: Any, context: Any) -> Any:  # noqa: N802 - gRPC's name
+                if not receiver._accept(dict(context.invocation_metadata())):
+                    context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong token")
+                receiver._add_metrics(request)
+                return metrics_service_pb2.ExportMetricsServiceResponse()
+
+        trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Traces(), server)
+        metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(Metrics(), server)
+        address = f"{LOCALHOST}:{self.port}"
+        if self.tls is not None:
+            credentials = grpc.ssl_server_credentials(
+                [(self.tls.key.read_bytes(), self.tls.cert.read_bytes())]
+            )
+            self.port = server.add_secure_port(address, credentials)
+        else:
+            self.port = server.add_insecure_port(address)
+        server.start()
+        self._grpc = server
+
+    # -- HTTP ------------------------------------------------------------------------------
+
+    def _start_http(self) -> None:
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                encoding = self.headers.get("Content-Encoding", "")
+                if encoding == "gzip":
+                    body = gzip.decompress(body)
+                elif encoding == "deflate":
+                    body = zlib.decompress(body)
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                if not receiver._accept(headers):
+                    self._answer(401, b"")
+                    return
+                if self.path == "/v1/traces":
+                    request = trace_service_pb2.ExportTraceServiceRequest.FromString(body)
+                    receiver._add_traces(request)
+                    reply = trace_service_pb2.ExportTraceServiceResponse()
+                elif self.path == "/v1/metrics":
+                    metrics = metrics_service_pb2.ExportMetricsServiceRequest.FromString(body)
+                    receiver._add_metrics(metrics)
+                    reply = metrics_service_pb2.ExportMetricsServiceResponse()
+                else:
+                    self._answer(404, b"")
+                    return
+                self._answer(200, reply.SerializeToString())
+
+            def _answer(self, status: int, payload: bytes) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                """Keep the test output quiet."""
+
+        server = ThreadingHTTPServer((LOCALHOST, self.port), Handler)
+        if self.tls is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(self.tls.cert, self.tls.key)
+            server.socket = context.wrap_socket(server.socket, server_side=True)
+        self.port = server.server_address[1]
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        self._http = server
+
+
+def _points(metric: Any) -> dict[str, Any]:
+    kind = metric.WhichOneof("data")
+    data = getattr(metric, kind)
+    points: dict[str, Any] = {}
+    for point in data.data_points:
+        attrs = attributes(point.attributes)
+        key = attrs.get("looptrace.path", "")
+        entry: dict[str, Any] = {
+            "attributes": attrs,
+            "start": point.start_time_unix_nano,
+            "time": point.time_unix_nano,
+        }
+        if kind == "histogram":
+            entry.update(
+                count=point.count,
+                sum=round(point.sum, 9),
+                buckets=list(point.bucket_counts),
+                bounds=list(point.explicit_bounds),
+                min=point.min,
+                max=point.max,
+            )
+        else:
+            entry["value"] = (
+                point.as_int if point.WhichOneof("value") == "as_int" else point.as_double
+            )
+        points[key] = entry
+    points["_temporality"] = data.aggregation_temporality
+    if kind == "sum":
+        points["_monotonic"] = data.is_monotonic
+    return points
+
+
+class StalledServer:
+    """Accepts TCP connections on 127.0.0.1 and never answers: a hung collector."""
+
+    def __init__(self) -> None:
+        self._sock = socket.socket()
+        self._sock.bind((LOCALHOST, 0))
+        self._sock.listen(64)
+        self.port = int(self._sock.getsockname()[1])
+        self._held: list[socket.socket] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    @property
+    def endpoint(self) -> str:
+        """Return the URL to configure looptrace with."""
+        return f"http://{LOCALHOST}:{self.port}"
+
+    def _accept(self) -> None:
+        self._sock.settimeout(0.1)
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._sock.accept()
+            except (TimeoutError, OSError):
+                continue
+            self._held.append(conn)
+
+    def close(self) -> None:
+        """Stop accepting and drop every held connection."""
+        self._stop.set()
+        self._thread.join()
+        for conn in self._held:
+            conn.close()
+        self._sock.close()

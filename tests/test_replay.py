@@ -1,0 +1,171 @@
+"""`looptrace replay`: recorded spans reach a real OTLP receiver exactly as they were recorded."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.trace import ReadableSpan
+
+from looptrace import _replay
+from looptrace._cli import main
+from looptrace._files import OtlpJsonFileExporter
+
+from .otlp_receiver import OtlpReceiver
+from .runs import record_run
+
+
+@pytest.fixture
+def receiver() -> Iterator[OtlpReceiver]:
+    """Yield an OTLP receiver (gRPC and HTTP) on free loopback ports."""
+    with OtlpReceiver() as started:
+        yield started
+
+
+def _recorded(spans: list[ReadableSpan]) -> dict[str, dict[str, Any]]:
+    """Return the produced spans by hex span id: trace, parent, name, attributes, times."""
+    result = {}
+    for span in spans:
+        assert span.context is not None
+        result[f"{span.context.span_id:016x}"] = {
+            "trace_id": f"{span.context.trace_id:032x}",
+            "parent": f"{span.parent.span_id:016x}" if span.parent else "",
+            "name": span.name,
+            "attributes": dict(span.attributes or {}),
+            "start": span.start_time,
+            "end": span.end_time,
+        }
+    return result
+
+
+def _received(receiver: OtlpReceiver) -> dict[str, dict[str, Any]]:
+    result = {}
+    for _, span in receiver.spans():
+        attributes = {
+            kv.key: getattr(kv.value, kv.value.WhichOneof("value")) for kv in span.attributes
+        }
+        result[span.span_id.hex()] = {
+            "trace_id": span.trace_id.hex(),
+            "parent": span.parent_span_id.hex(),
+            "name": span.name,
+            "attributes": attributes,
+            "start": span.start_time_unix_nano,
+            "end": span.end_time_unix_nano,
+        }
+    return result
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+def test_round_trip_keeps_ids_parents_names_attributes_and_times(
+    protocol: str,
+    receiver: OtlpReceiver,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Spans → file → replay arrive unchanged, each exactly once, with the resource."""
+    run = record_run(tmp_path, data_ms=(10, 20, 30, 40, 50, 60))
+    endpoint = receiver.grpc_endpoint if protocol == "grpc" else receiver.http_endpoint
+    code = main(
+        [
+            "replay",
+            str(run.span_file),
+            "--endpoint",
+            endpoint,
+            "--protocol",
+            protocol,
+            "--header",
+            "x-mlflow-experiment-id=7",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 0
+    assert len(receiver.requests) == len(run.span_file.read_text().splitlines())
+    assert sum(1 for _ in receiver.spans()) == len(run.spans) == 18
+    assert _received(receiver) == _recorded(run.spans)
+    resources = {attrs["looptrace.rank"] for attrs, _ in receiver.spans()}
+    assert resources == {0}
+    assert all(headers["x-mlflow-experiment-id"] == "7" for headers in receiver.headers)
+    lines = len(receiver.requests)
+    assert out == f"replayed 18 spans in {lines} requests to {endpoint} ({protocol})\n"
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+def test_transient_failures_are_retried(
+    protocol: str,
+    receiver: OtlpReceiver,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two UNAVAILABLE / 503 answers in a row are retried; every span arrives once."""
+    monkeypatch.setattr(_replay, "FIRST_DELAY_S", 0.01)
+    run = record_run(tmp_path)
+    receiver.failures = 2
+    endpoint = receiver.grpc_endpoint if protocol == "grpc" else receiver.http_endpoint
+    code = main(["replay", str(run.span_file), "--endpoint", endpoint, "--protocol", protocol])
+    assert code == 0, capsys.readouterr()
+    assert _received(receiver) == _recorded(run.spans)
+    assert receiver.failures == 0
+
+
+def test_unreachable_collector_is_a_one_line_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A collector that never answers: a one-line error, exit 1, and how much was sent."""
+    run = record_run(tmp_path)
+    with socket.socket() as probe:  # a free port that nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        endpoint = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    monkeypatch.setattr(_replay, "FIRST_DELAY_S", 0.01)
+    code = main(["replay", str(run.span_file), "--endpoint", endpoint])
+    captured = capsys.readouterr()
+    assert code == 1
+    (error,) = captured.err.splitlines()
+    assert error.startswith(f"looptrace replay: error: {endpoint}/v1/traces unreachable (")
+    assert captured.out == f"sent 0 spans in 0 requests to {endpoint} (http/protobuf); stopped\n"
+
+
+def test_interrupt_reports_exactly_what_was_sent(receiver: OtlpReceiver, tmp_path: Path) -> None:
+    """Ctrl-C stops after the request in flight; the printed count is what arrived."""
+    run = record_run(tmp_path / "run", data_ms=[10] * 10)
+    one_per_line = tmp_path / "one-per-line.jsonl"
+    exporter = OtlpJsonFileExporter(one_per_line)
+    for span in run.spans:
+        exporter.export([span])
+    exporter.shutdown()
+    receiver.delay_s = 0.2
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "looptrace",
+            "replay",
+            str(one_per_line),
+            "--endpoint",
+            receiver.grpc_endpoint,
+            "--protocol",
+            "grpc",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert receiver.arrived.wait(30)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    sent = len(receiver.requests)
+    assert proc.returncode == 130, err
+    assert 0 < sent < len(run.spans)
+    assert out.startswith(f"interrupted: sent {sent} spans in {sent} requests (through ")
+    assert "Traceback" not in err

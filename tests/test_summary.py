@@ -1,0 +1,182 @@
+"""`looptrace summary`: whole tables from span, snapshot and flat metrics files."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from looptrace import SectionStats
+from looptrace._cli import main
+from looptrace._reader import Window
+from looptrace._summary import merge_windows
+from looptrace.testing import capture
+
+from .runs import Run, record_run
+
+RANK_NOTE = "rank min / rank max: lowest and highest per-rank mean; slowest: the rank of the max"
+
+
+@pytest.fixture
+def two_ranks(tmp_path: Path) -> list[Run]:
+    """Two ranks, four steps each; rank 1 has a slow last data load and a faster forward."""
+    return [
+        record_run(tmp_path, rank=0, world_size=2, data_ms=(10, 20, 30, 40), forward_ms=50),
+        record_run(tmp_path, rank=1, world_size=2, data_ms=(15, 25, 35, 85), forward_ms=40),
+    ]
+
+
+def _summary(capsys: pytest.CaptureFixture[str], *args: object) -> str:
+    assert main(["summary", *map(str, args)]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == ""
+    return captured.out
+
+
+def test_span_files_of_two_ranks(two_ranks: list[Run], capsys: pytest.CaptureFixture[str]) -> None:
+    """Exact statistics over both ranks, with per-rank min/max of the mean and the slowest."""
+    out = _summary(capsys, *(run.span_file for run in two_ranks))
+    assert out == "\n".join(
+        [
+            "span files: 24 spans, 2 ranks (0, 1), steps 0-3",
+            "",
+            "section        count     mean    p50     p99   total  % parent    self  rank min  rank max  slowest",  # noqa: E501
+            "root.training      8  77.5 ms  70 ms  125 ms  620 ms              0 ns     75 ms     80 ms        1",  # noqa: E501
+            "  forward          8    45 ms  40 ms   50 ms  360 ms      58.1  360 ms     40 ms     50 ms        0",  # noqa: E501
+            "  data             8  32.5 ms  25 ms   85 ms  260 ms      41.9  260 ms     25 ms     40 ms        1",  # noqa: E501
+            "",
+            RANK_NOTE,
+            "",
+        ]
+    )
+
+
+def test_rank_and_step_filters(two_ranks: list[Run], capsys: pytest.CaptureFixture[str]) -> None:
+    """--rank keeps one rank (no cross-rank columns); --since-step drops earlier steps."""
+    files = [run.span_file for run in two_ranks]
+    assert _summary(capsys, *files, "--rank", "1", "--since-step", "2") == "\n".join(
+        [
+            "span files: 6 spans, rank 1, steps 2-3",
+            "",
+            "section        count    mean    p50     p99   total  % parent    self",
+            "root.training      2  100 ms  75 ms  125 ms  200 ms              0 ns",
+            "  data             2   60 ms  35 ms   85 ms  120 ms      60.0  120 ms",
+            "  forward          2   40 ms  40 ms   40 ms   80 ms      40.0   80 ms",
+            "",
+        ]
+    )
+
+
+def test_snapshot_files_merge_windows(
+    two_ranks: list[Run], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Windows merge exactly for counts and totals; quantiles are estimated and say so."""
+    out = _summary(capsys, *(run.snapshot_file for run in two_ranks))
+    assert out == "\n".join(
+        [
+            "snapshot files: 4 windows, 2 ranks (0, 1), closed at steps 2-4",
+            "",
+            "section        count     mean    p50      p99   total  % parent    self  rank min  rank max  slowest",  # noqa: E501
+            "root.training      8  77.5 ms  70 ms   125 ms  620 ms              0 ns     75 ms     80 ms        1",  # noqa: E501
+            "  forward          8    45 ms  40 ms    50 ms  360 ms      58.1  360 ms     40 ms     50 ms        0",  # noqa: E501
+            "  data             8  32.5 ms  25 ms  84.4 ms  260 ms      41.9  260 ms     25 ms     40 ms        1",  # noqa: E501
+            "",
+            RANK_NOTE,
+            "p50 and p99 of several windows are estimated from each window's min, p50, p90, p99 "
+            "and max",
+            "",
+        ]
+    )
+
+
+def test_one_window_is_reported_as_the_snapshot_itself() -> None:
+    """Merging a single window changes nothing: the summary is the snapshot's statistics."""
+    cap = capture()
+    train = cap.lt.timer("training")
+    for seconds in (0.1, 0.3, 0.2):
+        train.record("forward")
+        cap.clock.advance(seconds)
+        train.record()
+    snap = cap.lt.reset()
+    merged = merge_windows([Window(rank=0, step=3, host=None, stats=dict(snap))])
+    assert {p: s.to_dict() for p, s in merged.items()} == snap.to_dict()
+
+
+def test_merged_windows_are_exact_where_they_can_be() -> None:
+    """count, total, mean, min, max, std, self time and buckets of two windows are exact."""
+
+    def stats(values: list[float]) -> SectionStats:
+        mean = sum(values) / len(values)
+        std = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
+        ordered = sorted(values)
+        pick = lambda q: ordered[max(math.ceil(q * len(values)) - 1, 0)]  # noqa: E731
+        return SectionStats(
+            len(values), sum(values), mean, min(values), max(values), std,
+            pick(0.5), pick(0.9), pick(0.99), sum(values) / 2, 0, (len(values), 0),
+        )  # fmt: skip
+
+    first, second = [1.0, 2.0, 3.0, 4.0], [10.0, 20.0]
+    merged = merge_windows(
+        [Window(0, 4, None, {"p": stats(first)}), Window(0, 6, None, {"p": stats(second)})]
+    )["p"]
+    whole = stats(first + second)
+    assert {
+        "count": merged.count,
+        "total": merged.total,
+        "mean": merged.mean,
+        "min": merged.min,
+        "max": merged.max,
+        "std": round(merged.std, 12),
+        "self_time": merged.self_time,
+        "buckets": merged.buckets,
+    } == {
+        "count": whole.count,
+        "total": whole.total,
+        "mean": whole.mean,
+        "min": whole.min,
+        "max": whole.max,
+        "std": round(whole.std, 12),
+        "self_time": whole.self_time,
+        "buckets": (6, 0),
+    }
+    assert first[0] <= merged.p50 <= second[-1]
+
+
+def test_flat_metrics_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A JSON-lines file of `timing.<path>.<stat>` keys (plus other metrics) is summarized."""
+    cap = capture()
+    train = cap.lt.timer("training")
+    lines = []
+    for step in range(1, 5):
+        train.record("forward")
+        cap.clock.advance(0.1 * step)
+        train.record()
+        if step % 2 == 0:
+            metrics = cap.lt.reset().as_metrics(prefix="timing")
+            lines.append(json.dumps({"step": step, "loss": 1.0 / step, **metrics}))
+    (tmp_path / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    assert _summary(capsys, tmp_path / "metrics.jsonl") == "\n".join(
+        [
+            "metrics files: 2 windows, rank 0, closed at steps 2-4",
+            "",
+            "section        count    mean     p50     p99  total  % parent  self",
+            "root.training      4  250 ms  200 ms  400 ms    1 s            0 ns",
+            "  forward          4  250 ms  200 ms  400 ms    1 s     100.0   1 s",
+            "",
+            "p50 and p99 of several windows are estimated from each window's min, p50, p90, p99 "
+            "and max",
+            "",
+        ]
+    )
+
+
+def test_since_step_on_snapshot_files_keeps_later_windows(
+    two_ranks: list[Run], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--since-step keeps the windows that closed at that step or later."""
+    out = _summary(capsys, *(run.snapshot_file for run in two_ranks), "--since-step", "3")
+    assert out.splitlines()[0] == "snapshot files: 2 windows, 2 ranks (0, 1), closed at step 4"
+    counts = {line.split()[0]: line.split()[1] for line in out.splitlines()[3:6]}
+    assert counts == {"root.training": "4", "forward": "4", "data": "4"}
