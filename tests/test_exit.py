@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -130,3 +132,50 @@ def test_sigterm_ignored_by_the_application_still_flushes(receiver: OtlpReceiver
     assert process.returncode == 3, err
     assert out.splitlines() == [f"stopped by {int(signal.SIGUSR1)} health 0"]
     assert counts(receiver) == {"spans": 60, "root.train": 20, "root.train.data": 20}
+
+
+FILES_LOOP = """
+    import os, sys
+    import looptrace
+    from looptrace.testing import FakeClock
+
+    clock = FakeClock()
+    lt = looptrace.configure(
+        clock=clock, trace_file=sys.argv[1], snapshot_file=sys.argv[2], trace_every=1
+    )
+    train = lt.timer("train")
+    for step in range(30):
+        train.record("data"); clock.advance(0.01); train.record()
+        if step == 19:
+            lt.reset()
+    print("ready", flush=True)
+    sys.stdin.readline()  # wait here for SIGTERM
+"""
+
+
+def test_sigterm_flushes_offline_files(tmp_path: Path) -> None:
+    """With only offline files configured, SIGTERM still writes pending spans and the window."""
+    spans, snapshots = tmp_path / "spans.jsonl", tmp_path / "snaps.jsonl"
+    process = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(FILES_LOOP), str(spans), str(snapshots)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "OTEL_BSP_SCHEDULE_DELAY": "60000"},
+    )
+    assert process.stdout is not None
+    assert process.stdout.readline().strip() == "ready"
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == -signal.SIGTERM, err
+    batches = [json.loads(line) for line in spans.read_text().splitlines()]
+    count = sum(
+        len(scope["spans"])
+        for batch in batches
+        for resource in batch["resourceSpans"]
+        for scope in resource["scopeSpans"]
+    )
+    assert count == 60  # 30 laps and 30 data sections; the running 31st lap is not a span yet
+    lines = snapshots.read_text().splitlines()
+    assert len(lines) == 2  # the reset after step 19 and the final window at SIGTERM

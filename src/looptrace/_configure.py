@@ -21,7 +21,7 @@ from looptrace._engine import Engine
 from looptrace._errors import TimerError
 from looptrace._exit import install_exit_flush
 from looptrace._exporters import export_pipeline
-from looptrace._files import FileOutputs, PathLike
+from looptrace._files import FLUSH_TIMEOUT_S, FileOutputs, PathLike
 from looptrace._health import Incidents
 from looptrace._ids import StepIdGenerator, StepTraces
 from looptrace._looptrace import Looptrace
@@ -224,7 +224,9 @@ def configure(
         processor=processor,
     )
     if pipeline is not None:
-        install_exit_flush(lt, pipeline)
+        install_exit_flush(lt, pipeline.flush, pipeline.settings.timeout_s, incidents)
+    elif files.active:
+        install_exit_flush(lt, files.flush, FLUSH_TIMEOUT_S, incidents)
     return lt
 
 

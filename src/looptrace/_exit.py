@@ -29,17 +29,22 @@ from typing import TYPE_CHECKING
 from looptrace._span_export import bounded
 
 if TYPE_CHECKING:
-    from looptrace._exporters import ExportPipeline
+    from looptrace._health import Incidents
     from looptrace._looptrace import Looptrace
 
 _TERMINAL = "_looptrace_ends_process"
 Handler = Callable[[int, FrameType | None], object] | int | signal.Handlers | None
 
 
-def install_exit_flush(lt: Looptrace, pipeline: ExportPipeline) -> None:
-    """Shut `lt` down at exit and flush it on SIGTERM, chaining the previous handler."""
+def install_exit_flush(
+    lt: Looptrace, flush: Callable[[], object], timeout_s: float, incidents: Incidents
+) -> None:
+    """Shut `lt` down at exit and flush it on SIGTERM, chaining the previous handler.
+
+    `flush` delivers what is pending (exporters, span files) without closing the window;
+    the SIGTERM work is bounded by `timeout_s`.
+    """
     ref = weakref.ref(lt)
-    pipeline_ref = weakref.ref(pipeline)
 
     def at_exit() -> None:
         target = ref()
@@ -51,22 +56,26 @@ def install_exit_flush(lt: Looptrace, pipeline: ExportPipeline) -> None:
         return  # signal handlers can only be set from the main thread
     try:
         previous: Handler = signal.getsignal(signal.SIGTERM)
-        signal.signal(signal.SIGTERM, _handler(ref, pipeline_ref, previous))
+        signal.signal(signal.SIGTERM, _handler(ref, flush, timeout_s, incidents, previous))
     except (ValueError, OSError):  # not the main interpreter, or no SIGTERM here
         return
 
 
 def _handler(
-    ref: weakref.ref[Looptrace], pipeline_ref: weakref.ref[ExportPipeline], previous: Handler
+    ref: weakref.ref[Looptrace],
+    flush: Callable[[], object],
+    timeout_s: float,
+    incidents: Incidents,
+    previous: Handler,
 ) -> Callable[[int, FrameType | None], None]:
     # Behind another looptrace's handler, the end of the chain decides: the default kills.
     default = previous in (signal.SIG_DFL, None) or getattr(previous, _TERMINAL, False)
 
     def on_sigterm(signum: int, frame: FrameType | None) -> None:
-        target, pipeline = ref(), pipeline_ref()
-        if target is not None and pipeline is not None:
-            work: Callable[[], object] = target.shutdown if default else pipeline.flush
-            bounded(work, pipeline.settings.timeout_s, pipeline.incidents, "SIGTERM flush")
+        target = ref()
+        if target is not None:
+            work: Callable[[], object] = target.shutdown if default else flush
+            bounded(work, timeout_s, incidents, "SIGTERM flush")
         if callable(previous):
             previous(signum, frame)
         elif default:

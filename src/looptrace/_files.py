@@ -175,6 +175,9 @@ def _finite(stats: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+FLUSH_TIMEOUT_S = 10.0  # a local or shared filesystem; a stalled one must not hang exit
+
+
 class FileOutputs:
     """The span and snapshot files of one `configure()`, opened before anything is wired.
 
@@ -196,6 +199,7 @@ class FileOutputs:
             snapshot_file = os.environ.get(SNAPSHOT_FILE_ENV) or None
         self.exporter: OtlpJsonFileExporter | None = None
         self.snapshots: SnapshotFileWriter | None = None
+        self.processor: BatchSpanProcessor | None = None
         if trace_file is not None and tracing:
             self.exporter = OtlpJsonFileExporter(rank_path(trace_file, rank), incidents)
         if snapshot_file is not None:
@@ -216,13 +220,24 @@ class FileOutputs:
                     "trace_file needs an OpenTelemetry SDK TracerProvider, "
                     f"got {type(provider).__name__}"
                 )
-            processor = BatchSpanProcessor(self.exporter)
-            provider.add_span_processor(processor)
-            outputs.on_shutdown.append(processor.shutdown)
+            self.processor = BatchSpanProcessor(self.exporter)
+            provider.add_span_processor(self.processor)
+            outputs.on_shutdown.append(self.processor.shutdown)
         if self.snapshots is not None:
             self.snapshots.step = step
             outputs.on_reset.append(self.snapshots)
             outputs.on_shutdown.append(self.snapshots.close)
+
+    @property
+    def active(self) -> bool:
+        """Whether any file is written."""
+        return self.exporter is not None or self.snapshots is not None
+
+    def flush(self, timeout_s: float = FLUSH_TIMEOUT_S) -> bool:
+        """Write the spans still queued for the span file (snapshots are written at once)."""
+        if self.processor is None:
+            return True
+        return self.processor.force_flush(int(timeout_s * 1e3))
 
     def close(self) -> None:
         """Close both files (when `configure()` fails after opening them)."""
