@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from .deploy_files import prometheus_config
 from .otlp_server import LOCALHOST, free_port
 
 
@@ -75,18 +76,13 @@ class Server:
 
 
 class Prometheus(Server):
-    """A real Prometheus scraping one target every second."""
+    """A real Prometheus running deploy/'s config, scraping one target every second."""
 
     def __init__(self, binary: str, target_port: int, directory: Path) -> None:
         self.port = free_port()
         self.target_port = target_port
         config = directory / "prometheus.yml"
-        config.write_text(
-            "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-            "scrape_configs:\n"
-            "  - job_name: looptrace\n"
-            f"    static_configs: [{{targets: ['{LOCALHOST}:{target_port}']}}]\n"
-        )
+        config.write_text(prometheus_config([f"{LOCALHOST}:{target_port}"]))
         super().__init__(
             [
                 binary,

@@ -7,14 +7,12 @@ own scrape config and rules.
 
 from __future__ import annotations
 
-import inspect
 import json
 import math
 import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -48,8 +46,8 @@ from .deploy_files import (
     rules_usage,
     trace_attributes,
 )
+from .otlp_server import LOCALHOST, free_port
 
-LOCALHOST = "127.0.0.1"
 DURATION = "looptrace_section_duration_seconds"
 DROPPED = "looptrace_spans_dropped_total"
 
@@ -154,22 +152,6 @@ def test_data_links_open_traceql_searches_in_tempo() -> None:
 # -- against looptrace's Prometheus endpoint ------------------------------------------------
 
 
-def require_prometheus_endpoint() -> None:
-    """Skip unless `configure()` can serve a Prometheus endpoint."""
-    if "prometheus" not in inspect.signature(looptrace.configure).parameters:
-        pytest.skip(
-            "looptrace.configure() has no `prometheus=` option (the Prometheus pull endpoint) "
-            "in this build, so there is no real exposition to check against"
-        )
-
-
-def free_port() -> int:
-    """Return a port the OS reports free on 127.0.0.1."""
-    with socket.socket() as sock:
-        sock.bind((LOCALHOST, 0))
-        return int(sock.getsockname()[1])
-
-
 def serving(rank: int, world_size: int, port: int) -> tuple[looptrace.Looptrace, FakeClock]:
     """Configure a looptrace of one rank serving Prometheus on `port`, on a fake clock."""
     clock = FakeClock()
@@ -193,7 +175,6 @@ def get(url: str) -> bytes:
 
 def test_configs_read_only_names_and_labels_the_endpoint_serves() -> None:
     """Dashboard, rules and data sources use only served series and labels, and use them all."""
-    require_prometheus_endpoint()
     from prometheus_client.parser import text_string_to_metric_families
 
     port = free_port()
@@ -280,7 +261,6 @@ def wait_for(predicate: Callable[[], bool], timeout: float) -> bool:
 @pytest.fixture
 def two_ranks(tmp_path: Path) -> Iterator[tuple[PrometheusServer, list[tuple[Any, FakeClock]]]]:
     """Two ranks serving their endpoints, and a real Prometheus scraping both."""
-    require_prometheus_endpoint()
     binary = os.environ.get("LOOPTRACE_TEST_PROMETHEUS") or shutil.which("prometheus")
     if not binary:
         pytest.skip("no prometheus binary; .ci/run installs Debian's prometheus package")
