@@ -180,3 +180,59 @@ def test_since_step_on_snapshot_files_keeps_later_windows(
     assert out.splitlines()[0] == "snapshot files: 2 windows, 2 ranks (0, 1), closed at step 4"
     counts = {line.split()[0]: line.split()[1] for line in out.splitlines()[3:6]}
     assert counts == {"root.training": "4", "forward": "4", "data": "4"}
+
+
+def test_cross_rank_snapshot_lines_give_the_straggler_column(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One rank's reset(across_ranks=True) lines show rank min/max and the slowest rank."""
+    from looptrace import RankInfo, RankSpread, SectionSpread, Snapshot
+    from looptrace._files import SnapshotFileWriter
+
+    def spread(low: float, high: float, slowest: int) -> SectionSpread:
+        one = RankSpread(min=low, max=high, mean=(low + high) / 2, slowest_rank=slowest)
+        nan = RankSpread(min=math.nan, max=math.nan, mean=math.nan, slowest_rank=None)
+        return SectionSpread(
+            ranks=4, absent=(), count=one, total=one, mean=one, p99=nan, max=one, self_time=one
+        )
+
+    stats = SectionStats(
+        count=2,
+        total=0.2,
+        mean=0.1,
+        min=0.1,
+        max=0.1,
+        std=0.0,
+        p50=0.1,
+        p90=0.1,
+        p99=0.1,
+        self_time=0.2,
+        errors=0,
+        buckets=(0,) * 23,
+    )
+    path = tmp_path / "snapshots.jsonl"
+    writer = SnapshotFileWriter(path, RankInfo(rank=0, world_size=4))
+    for slowest, high in ((3, 0.3), (3, 0.25), (1, 0.5)):
+        writer(
+            Snapshot(
+                {"root.fwd": stats},
+                start_ns=0,
+                end_ns=1,
+                rank=0,
+                across_ranks={"root.fwd": spread(0.1, high, slowest)},
+            )
+        )
+    writer.close()
+    line = json.loads(path.read_text().splitlines()[0])
+    assert line["across_ranks"]["root.fwd"]["p99"] == {
+        "min": None,
+        "max": None,
+        "mean": None,
+        "slowest_rank": None,
+    }
+    out = _summary(capsys, path).splitlines()
+    assert out[2:4] == [
+        "section   count    mean     p50     p99   total  % parent    self  rank min  rank max  slowest",  # noqa: E501
+        "root.fwd      6  100 ms  100 ms  100 ms  600 ms            600 ms    100 ms    500 ms        3",  # noqa: E501
+    ]
+    assert out[5].startswith("rank min / rank max: lowest and highest per-rank mean in any window")

@@ -135,7 +135,9 @@ class SnapshotFileWriter:
     A line holds `kind`, `version`, `step` (the outermost laps completed when the window
     closed, so its spans have `looptrace.step` below it), `time` (its end, epoch seconds),
     `start_ns`, `end_ns`, `rank`, `world_size`, `host` and `stats` (path -> the `SectionStats`
-    fields; undefined values as null). A window in which nothing was measured writes no line.
+    fields; undefined values as null), and for `reset(across_ranks=True)` windows
+    `across_ranks` (path -> the `SectionSpread` as a dict). A window in which nothing was
+    measured writes no line.
     """
 
     def __init__(self, path: Path, rank: RankInfo) -> None:
@@ -161,11 +163,26 @@ class SnapshotFileWriter:
             "host": self._host,
             "stats": {path: _finite(stats.to_dict()) for path, stats in snapshot.items()},
         }
+        if snapshot.across_ranks is not None:  # reset(across_ranks=True): the job's spread
+            record["across_ranks"] = {
+                path: _json_safe(spread.to_dict()) for path, spread in snapshot.across_ranks.items()
+            }
         self._file.write(json.dumps(record, separators=(",", ":")).encode() + b"\n")
 
     def close(self) -> None:
         """Close the file."""
         self._file.close()
+
+
+def _json_safe(value: Any) -> Any:
+    """Return `value` with every NaN, at any depth, as None (JSON has no NaN)."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _json_safe(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(item) for item in value]
+    return value
 
 
 def _finite(stats: dict[str, Any]) -> dict[str, Any]:

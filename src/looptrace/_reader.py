@@ -165,6 +165,7 @@ class Window:
     step: int | None
     host: str | None
     stats: dict[str, SectionStats]
+    spread: dict[str, dict[str, Any]] | None = None  # `across_ranks` of the snapshot line
 
 
 def load_windows(kind: str, files: Sequence[JsonLinesFile], warn: Warn) -> list[Window]:
@@ -200,11 +201,13 @@ def _snapshot(record: dict[str, Any]) -> Window:
         for path, fields in record["stats"].items()
     }
     step = record.get("step")
+    spread = record.get("across_ranks")
     return Window(
         rank=int(record.get("rank") or 0),
         step=None if step is None else int(step),
         host=record.get("host"),
         stats=stats,
+        spread=spread if isinstance(spread, dict) else None,
     )
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, TypeVar
@@ -26,6 +26,10 @@ if TYPE_CHECKING:
 
 _QUANTILES = (0.5, 0.9, 0.99)
 RANK_NOTE = "rank min / rank max: lowest and highest per-rank mean; slowest: the rank of the max"
+SPREAD_NOTE = (
+    "rank min / rank max: lowest and highest per-rank mean in any window, from "
+    "reset(across_ranks=True); slowest: the rank of the max in most windows"
+)
 ESTIMATE_NOTE = (
     "p50 and p99 of several windows are estimated from each window's min, p50, p90, p99 and max"
 )
@@ -39,6 +43,8 @@ class Summary:
     per_rank: dict[int, dict[str, SectionStats]]
     description: str
     estimated: bool = False
+    # From `reset(across_ranks=True)` lines: path -> (rank min, rank max, slowest rank).
+    spread: dict[str, tuple[float, float, int]] | None = None
 
 
 class _Record(Protocol):
@@ -115,7 +121,30 @@ def summarize_windows(windows: Sequence[Window]) -> Summary:
         per_rank={rank: merge_windows(group) for rank, group in sorted(per_rank.items())},
         description=description,
         estimated=len(windows) > 1,
+        spread=_spread(windows) if len(per_rank) == 1 else None,
     )
+
+
+def _spread(windows: Sequence[Window]) -> dict[str, tuple[float, float, int]] | None:
+    """Combine the cross-rank spread of the per-rank mean over the windows that carry one."""
+    lows: dict[str, float] = {}
+    highs: dict[str, float] = {}
+    votes: dict[str, Counter[int]] = defaultdict(Counter)
+    for window in windows:
+        for path, spread in (window.spread or {}).items():
+            mean = spread.get("mean") or {}
+            low, high, slowest = mean.get("min"), mean.get("max"), mean.get("slowest_rank")
+            if low is None or high is None or slowest is None:
+                continue
+            lows[path] = min(lows.get(path, math.inf), float(low))
+            highs[path] = max(highs.get(path, -math.inf), float(high))
+            votes[path][int(slowest)] += 1
+    if not votes:
+        return None
+    return {
+        path: (lows[path], highs[path], min(v, key=lambda r: (-v[r], r)))
+        for path, v in votes.items()
+    }
 
 
 def render_summary(summary: Summary) -> str:
@@ -138,6 +167,14 @@ def render_summary(summary: Summary) -> str:
             slowest[path] = str(worst)
         extra = [("rank min", lows), ("rank max", highs), ("slowest", slowest)]
         notes.append(RANK_NOTE)
+    elif summary.spread is not None:
+        spread = summary.spread
+        extra = [
+            ("rank min", {p: format_seconds(low) for p, (low, _, _) in spread.items()}),
+            ("rank max", {p: format_seconds(high) for p, (_, high, _) in spread.items()}),
+            ("slowest", {p: str(rank) for p, (_, _, rank) in spread.items()}),
+        ]
+        notes.append(SPREAD_NOTE)
     if summary.estimated:
         notes.append(ESTIMATE_NOTE)
     parts = [summary.description, "", render_table(summary.combined, extra)]
