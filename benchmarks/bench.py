@@ -28,11 +28,16 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
-from otlp_sink import OtlpSink  # beside this script, which is on sys.path when run
 
 import looptrace
 from looptrace._aggregator import Aggregator
 from looptrace._health import Incidents
+
+# The OTLP receivers of the test suite, importable when run as `python benchmarks/bench.py`.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests.otlp_server import OtlpReceiver, StalledServer
+
+Sinks = dict[str, OtlpReceiver | StalledServer]
 
 NAMES = ("data", "forward", "backward", "optimizer") * 5  # 20 sections per step
 PER_STEP = len(NAMES) + 1
@@ -91,15 +96,14 @@ class Case:
     cpu: list[float] = field(default_factory=list)
 
 
-def _provider(kind: str, sinks: dict[str, OtlpSink]) -> TracerProvider:
+def _provider(kind: str, sinks: Sinks) -> TracerProvider:
     provider = TracerProvider()
     if kind == "discard":
         provider.add_span_processor(BatchSpanProcessor(DiscardExporter()))
     elif kind in ("otlp", "stalled"):
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 
-        sink = sinks[kind]
-        exporter = OTLPSpanExporter(endpoint=sink.endpoint, insecure=True, timeout=2)
+        exporter = OTLPSpanExporter(endpoint=sinks[kind].endpoint, insecure=True, timeout=2)
         provider.add_span_processor(BatchSpanProcessor(exporter))
     return provider
 
@@ -135,7 +139,7 @@ def codetiming_case() -> Case | None:
     return Case("codetiming (Timer, reused)", run)
 
 
-def raw_sdk_case(kind: str, sinks: dict[str, OtlpSink]) -> Case:
+def raw_sdk_case(kind: str, sinks: Sinks) -> Case:
     provider = _provider(kind, sinks)
     provider.add_span_processor(looptrace.AggregatingSpanProcessor(Aggregator(), Incidents()))
     tracer = provider.get_tracer("bench")
@@ -163,7 +167,7 @@ def raw_sdk_case(kind: str, sinks: dict[str, OtlpSink]) -> Case:
     )
 
 
-def looptrace_case(form: str, kind: str, sinks: dict[str, OtlpSink], **kw: Any) -> Case:
+def looptrace_case(form: str, kind: str, sinks: Sinks, **kw: Any) -> Case:
     provider = _provider(kind, sinks)
     lt = looptrace.configure(tracer_provider=provider, rank=looptrace.RankInfo(), **kw)
     train = lt.timer("train")
@@ -297,10 +301,11 @@ def sketch_error(n: int) -> dict[str, float]:
     return result
 
 
-def export_throughput(steps: int, sinks: dict[str, OtlpSink]) -> dict[str, float]:
+def export_throughput(steps: int, sinks: Sinks) -> dict[str, float]:
     """Spans per second from looptrace through BatchSpanProcessor + OTLP/gRPC to a receiver."""
     sink = sinks["otlp"]
-    before = sink.service.spans
+    assert isinstance(sink, OtlpReceiver)
+    before = sink.span_count
     provider = _provider("otlp", sinks)
     lt = looptrace.configure(tracer_provider=provider, trace_every=1, rank=looptrace.RankInfo())
     train = lt.timer("train")
@@ -312,7 +317,7 @@ def export_throughput(steps: int, sinks: dict[str, OtlpSink]) -> dict[str, float
     train.stop()
     provider.force_flush()
     elapsed = (time.perf_counter_ns() - t0) / 1e9
-    delivered = sink.service.spans - before
+    delivered = sink.span_count - before
     lt.shutdown()
     provider.shutdown()
     return {"spans_delivered": delivered, "spans_per_s": delivered / elapsed}
@@ -325,7 +330,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     rounds, steps = (3, 20) if args.quick else (15, 200)
 
-    sinks = {"otlp": OtlpSink(), "stalled": OtlpSink(stall=True)}
+    receiver = OtlpReceiver("grpc", keep_spans=False).start()
+    stalled = StalledServer()
+    sinks: Sinks = {"otlp": receiver, "stalled": stalled}
     factories: list[Callable[[], Case | None]] = [
         floor_case,
         codetiming_case,
@@ -384,8 +391,8 @@ def main(argv: list[str] | None = None) -> int:
         "sketch": sketch_error(100_000 if args.quick else 1_000_000),
         "export": export_throughput(50 if args.quick else 500, sinks),
     }
-    for sink in sinks.values():
-        sink.stop()
+    receiver.stop()
+    stalled.close()
 
     print(
         f"{'case':44} {'median':>9} {'min':>9} {'max':>9} {'cpu':>9} {'x floor':>8} "

@@ -1,7 +1,8 @@
 """A test OTLP receiver (gRPC and HTTP, real protobuf wire format) with injectable faults.
 
-It stores what it receives as plain dicts, can demand a header, serve TLS, be stopped and
-restarted on the same port; `StalledServer` accepts connections and never answers.
+It stores what it receives as plain dicts, can demand a header, serve TLS, answer trace
+requests late or with a transient error (UNAVAILABLE / HTTP 503), be stopped and restarted on
+the same port; `StalledServer` accepts connections and never answers.
 """
 
 from __future__ import annotations
@@ -104,7 +105,10 @@ def _value(value: AnyValue) -> Any:
 
 
 class OtlpReceiver:
-    """Receives OTLP traces and metrics over gRPC or HTTP/protobuf on 127.0.0.1."""
+    """Receives OTLP traces and metrics over gRPC or HTTP/protobuf on 127.0.0.1.
+
+    `keep_spans=False` only counts spans (`span_count`), for a receiver under sustained load.
+    """
 
     def __init__(
         self,
@@ -113,15 +117,22 @@ class OtlpReceiver:
         port: int = 0,
         tls: Tls | None = None,
         require: tuple[str, str] | None = None,
+        keep_spans: bool = True,
     ) -> None:
         self.protocol = protocol
         self.port = port
         self.tls = tls
         self.require = require
+        self.keep_spans = keep_spans
         self.spans: list[dict[str, Any]] = []
+        self.span_count = 0
+        self.trace_requests: list[trace_service_pb2.ExportTraceServiceRequest] = []
         self.metric_requests: list[metrics_service_pb2.ExportMetricsServiceRequest] = []
         self.headers: list[dict[str, str]] = []
         self.rejected = 0
+        self.failures = 0  # answer this many more trace requests with UNAVAILABLE / HTTP 503
+        self.delay_s = 0.0  # wait this long before answering each trace request
+        self.arrived = threading.Event()  # set when a trace request arrives
         self._lock = threading.Lock()
         self._grpc: grpc.Server | None = None
         self._http: ThreadingHTTPServer | None = None
@@ -188,7 +199,23 @@ class OtlpReceiver:
                 return False
         return True
 
+    def _transient_failure(self) -> bool:
+        """Note a trace request's arrival, wait `delay_s`; return whether to fail it."""
+        self.arrived.set()
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        with self._lock:
+            if self.failures > 0:
+                self.failures -= 1
+                return True
+        return False
+
     def _add_traces(self, request: trace_service_pb2.ExportTraceServiceRequest) -> None:
+        count = sum(len(scope.spans) for rs in request.resource_spans for scope in rs.scope_spans)
+        if not self.keep_spans:
+            with self._lock:
+                self.span_count += count
+            return
         spans = []
         for resource_spans in request.resource_spans:
             resource = attributes(resource_spans.resource.attributes)
@@ -208,7 +235,9 @@ class OtlpReceiver:
                         }
                     )
         with self._lock:
+            self.trace_requests.append(request)
             self.spans.extend(spans)
+            self.span_count += count
 
     def _add_metrics(self, request: metrics_service_pb2.ExportMetricsServiceRequest) -> None:
         with self._lock:
@@ -224,6 +253,8 @@ class OtlpReceiver:
             def Export(self, request: Any, context: Any) -> Any:  # noqa: N802 - gRPC's name
                 if not receiver._accept(dict(context.invocation_metadata())):
                     context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong token")
+                if receiver._transient_failure():
+                    context.abort(grpc.StatusCode.UNAVAILABLE, "injected failure")
                 receiver._add_traces(request)
                 return trace_service_pb2.ExportTraceServiceResponse()
 
@@ -264,7 +295,13 @@ class OtlpReceiver:
                 if not receiver._accept(headers):
                     self._answer(401, b"")
                     return
+                if self.headers.get("Content-Type") != "application/x-protobuf":
+                    self._answer(415, b"")
+                    return
                 if self.path == "/v1/traces":
+                    if receiver._transient_failure():
+                        self._answer(503, b"")
+                        return
                     request = trace_service_pb2.ExportTraceServiceRequest.FromString(body)
                     receiver._add_traces(request)
                     reply = trace_service_pb2.ExportTraceServiceResponse()

@@ -19,14 +19,20 @@ from looptrace import _replay
 from looptrace._cli import main
 from looptrace._files import OtlpJsonFileExporter
 
-from .otlp_receiver import OtlpReceiver
+from .otlp_server import OtlpReceiver
 from .runs import record_run
 
 
 @pytest.fixture
-def receiver() -> Iterator[OtlpReceiver]:
-    """Yield an OTLP receiver (gRPC and HTTP) on free loopback ports."""
-    with OtlpReceiver() as started:
+def protocol() -> str:
+    """Return the OTLP transport of `receiver`; tests parametrize it to cover both."""
+    return "grpc"
+
+
+@pytest.fixture
+def receiver(protocol: str) -> Iterator[OtlpReceiver]:
+    """Yield an OTLP receiver for `protocol` on a free loopback port."""
+    with OtlpReceiver("grpc" if protocol == "grpc" else "http") as started:
         yield started
 
 
@@ -47,18 +53,16 @@ def _recorded(spans: list[ReadableSpan]) -> dict[str, dict[str, Any]]:
 
 
 def _received(receiver: OtlpReceiver) -> dict[str, dict[str, Any]]:
+    """Return the received spans by hex span id, in the shape of `_recorded`."""
     result = {}
-    for _, span in receiver.spans():
-        attributes = {
-            kv.key: getattr(kv.value, kv.value.WhichOneof("value")) for kv in span.attributes
-        }
-        result[span.span_id.hex()] = {
-            "trace_id": span.trace_id.hex(),
-            "parent": span.parent_span_id.hex(),
-            "name": span.name,
-            "attributes": attributes,
-            "start": span.start_time_unix_nano,
-            "end": span.end_time_unix_nano,
+    for span in receiver.spans:
+        result[span["span_id"]] = {
+            "trace_id": span["trace_id"],
+            "parent": span["parent"] or "",
+            "name": span["name"],
+            "attributes": span["attributes"],
+            "start": span["start"],
+            "end": span["end"],
         }
     return result
 
@@ -72,7 +76,7 @@ def test_round_trip_keeps_ids_parents_names_attributes_and_times(
 ) -> None:
     """Spans → file → replay arrive unchanged, each exactly once, with the resource."""
     run = record_run(tmp_path, data_ms=(10, 20, 30, 40, 50, 60))
-    endpoint = receiver.grpc_endpoint if protocol == "grpc" else receiver.http_endpoint
+    endpoint = receiver.endpoint
     code = main(
         [
             "replay",
@@ -87,13 +91,14 @@ def test_round_trip_keeps_ids_parents_names_attributes_and_times(
     )
     out = capsys.readouterr().out
     assert code == 0
-    assert len(receiver.requests) == len(run.span_file.read_text().splitlines())
-    assert sum(1 for _ in receiver.spans()) == len(run.spans) == 18
+    assert len(receiver.trace_requests) == len(run.span_file.read_text().splitlines())
+    assert len(receiver.spans) == len(run.spans) == 18
     assert _received(receiver) == _recorded(run.spans)
-    resources = {attrs["looptrace.rank"] for attrs, _ in receiver.spans()}
+    resources = {span["resource"]["looptrace.rank"] for span in receiver.spans}
     assert resources == {0}
+    assert receiver.headers
     assert all(headers["x-mlflow-experiment-id"] == "7" for headers in receiver.headers)
-    lines = len(receiver.requests)
+    lines = len(receiver.trace_requests)
     assert out == f"replayed 18 spans in {lines} requests to {endpoint} ({protocol})\n"
 
 
@@ -109,9 +114,11 @@ def test_transient_failures_are_retried(
     monkeypatch.setattr(_replay, "FIRST_DELAY_S", 0.01)
     run = record_run(tmp_path)
     receiver.failures = 2
-    endpoint = receiver.grpc_endpoint if protocol == "grpc" else receiver.http_endpoint
-    code = main(["replay", str(run.span_file), "--endpoint", endpoint, "--protocol", protocol])
+    code = main(
+        ["replay", str(run.span_file), "--endpoint", receiver.endpoint, "--protocol", protocol]
+    )
     assert code == 0, capsys.readouterr()
+    assert len(receiver.spans) == len(run.spans)
     assert _received(receiver) == _recorded(run.spans)
     assert receiver.failures == 0
 
@@ -151,7 +158,7 @@ def test_interrupt_reports_exactly_what_was_sent(receiver: OtlpReceiver, tmp_pat
             "replay",
             str(one_per_line),
             "--endpoint",
-            receiver.grpc_endpoint,
+            receiver.endpoint,
             "--protocol",
             "grpc",
         ],
@@ -164,7 +171,7 @@ def test_interrupt_reports_exactly_what_was_sent(receiver: OtlpReceiver, tmp_pat
     time.sleep(0.3)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=30)
-    sent = len(receiver.requests)
+    sent = len(receiver.trace_requests)
     assert proc.returncode == 130, err
     assert 0 < sent < len(run.spans)
     assert out.startswith(f"interrupted: sent {sent} spans in {sent} requests (through ")
