@@ -76,13 +76,13 @@ class Server:
 
 
 class Prometheus(Server):
-    """A real Prometheus running deploy/'s config, scraping one target every second."""
+    """A real Prometheus running deploy/'s config, scraping its targets every second."""
 
-    def __init__(self, binary: str, target_port: int, directory: Path) -> None:
+    def __init__(self, binary: str, target_ports: list[int], directory: Path) -> None:
         self.port = free_port()
-        self.target_port = target_port
+        self.target_ports = target_ports
         config = directory / "prometheus.yml"
-        config.write_text(prometheus_config([f"{LOCALHOST}:{target_port}"]))
+        config.write_text(prometheus_config([f"{LOCALHOST}:{port}" for port in target_ports]))
         super().__init__(
             [
                 binary,

@@ -12,8 +12,6 @@ import math
 import os
 import re
 import shutil
-import signal
-import subprocess
 import time
 import urllib.error
 import urllib.parse
@@ -41,12 +39,12 @@ from .deploy_files import (
     legend_labels,
     load_json,
     load_yaml,
-    prometheus_config,
     promql_usage,
     rules_usage,
     trace_attributes,
 )
 from .otlp_server import LOCALHOST, free_port
+from .servers import Prometheus
 
 DURATION = "looptrace_section_duration_seconds"
 DROPPED = "looptrace_spans_dropped_total"
@@ -197,57 +195,6 @@ def test_configs_read_only_names_and_labels_the_endpoint_serves() -> None:
     assert served == {f"{DURATION}_bucket", f"{DURATION}_count", f"{DURATION}_sum", DROPPED}
 
 
-class PrometheusServer:
-    """A real Prometheus on deploy/'s config, with the test's targets substituted."""
-
-    def __init__(self, binary: str, targets: list[str], directory: Path) -> None:
-        self.port = free_port()
-        config = directory / "prometheus.yml"
-        config.write_text(prometheus_config(targets, interval="1s"))
-        self.log = directory / "prometheus.log"
-        with self.log.open("wb") as log:
-            self.process = subprocess.Popen(
-                [
-                    binary,
-                    f"--config.file={config}",
-                    f"--storage.tsdb.path={directory / 'data'}",
-                    f"--web.listen-address={LOCALHOST}:{self.port}",
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        if not wait_for(self.ready, 60):
-            self.stop()
-            raise RuntimeError(f"Prometheus did not start:\n{self.log.read_text()[-3000:]}")
-
-    def ready(self) -> bool:
-        """Whether the server answers its readiness probe."""
-        if self.process.poll() is not None:
-            raise RuntimeError(f"Prometheus exited:\n{self.log.read_text()[-3000:]}")
-        try:
-            return get(f"http://{LOCALHOST}:{self.port}/-/ready") is not None
-        except (urllib.error.URLError, ConnectionError):
-            return False
-
-    def query(self, promql: str) -> list[dict[str, Any]]:
-        """Return the result vector of an instant query."""
-        url = f"http://{LOCALHOST}:{self.port}/api/v1/query?"
-        answer = json.loads(get(url + urllib.parse.urlencode({"query": promql})))
-        assert answer["status"] == "success", answer
-        return list(answer["data"]["result"])
-
-    def stop(self) -> None:
-        """Stop the server and everything it started."""
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(timeout=15)
-
-
 def wait_for(predicate: Callable[[], bool], timeout: float) -> bool:
     """Poll `predicate` every 0.2 s until it holds or `timeout` seconds pass."""
     deadline = time.monotonic() + timeout
@@ -259,7 +206,7 @@ def wait_for(predicate: Callable[[], bool], timeout: float) -> bool:
 
 
 @pytest.fixture
-def two_ranks(tmp_path: Path) -> Iterator[tuple[PrometheusServer, list[tuple[Any, FakeClock]]]]:
+def two_ranks(tmp_path: Path) -> Iterator[tuple[Prometheus, list[tuple[Any, FakeClock]]]]:
     """Two ranks serving their endpoints, and a real Prometheus scraping both."""
     binary = os.environ.get("LOOPTRACE_TEST_PROMETHEUS") or shutil.which("prometheus")
     if not binary:
@@ -268,7 +215,7 @@ def two_ranks(tmp_path: Path) -> Iterator[tuple[PrometheusServer, list[tuple[Any
     ranks = [serving(rank, 2, port) for rank, port in enumerate(ports)]
     server = None
     try:
-        server = PrometheusServer(binary, [f"{LOCALHOST}:{p}" for p in ports], tmp_path)
+        server = Prometheus(binary, ports, tmp_path)
         yield server, ranks
     finally:
         if server is not None:
@@ -278,7 +225,7 @@ def two_ranks(tmp_path: Path) -> Iterator[tuple[PrometheusServer, list[tuple[Any
 
 
 def test_every_dashboard_query_and_rule_answers_from_a_real_prometheus(
-    two_ranks: tuple[PrometheusServer, list[tuple[Any, FakeClock]]],
+    two_ranks: tuple[Prometheus, list[tuple[Any, FakeClock]]],
 ) -> None:
     """On deploy/'s scrape config and rules, every query returns data; rank 1 is the straggler."""
     server, ranks = two_ranks

@@ -95,7 +95,7 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]
     """Start a real Prometheus server that scrapes a port chosen for looptrace's endpoint."""
     server = Prometheus(
         binary("LOOPTRACE_TEST_PROMETHEUS", "prometheus"),
-        free_port(),
+        [free_port()],
         Path(tmp_path_factory.mktemp("prometheus")),
     )
     yield server
@@ -114,7 +114,7 @@ def test_real_prometheus_scrapes_and_computes_quantiles(prometheus: Prometheus) 
         tracer_provider=TracerProvider(),
         clock=clock,
         rank=looptrace.RankInfo(rank=1, world_size=2),
-        prometheus=f"{LOCALHOST}:{prometheus.target_port}",
+        prometheus=f"{LOCALHOST}:{prometheus.target_ports[0]}",
         trace_every=0,
     )
     train = lt.timer("train")
