@@ -116,7 +116,7 @@ def test_explicit_tracer_provider_receives_the_spans() -> None:
 )
 def test_bad_arguments_name_the_setting(kwargs: dict[str, object], message: str) -> None:
     """Bad configuration raises at configure() with the setting named."""
-    with pytest.raises(looptrace.TimerError, match=message):
+    with pytest.raises(looptrace.ConfigError, match=message):
         looptrace.configure(tracer_provider=TracerProvider(), **kwargs)  # type: ignore[arg-type]
 
 

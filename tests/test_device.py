@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from looptrace import TimerError
+from looptrace import ConfigError, TimerError
 from looptrace.testing import Capture, FakeDeviceClock, capture
 
 from .conftest import counts, totals
@@ -179,5 +179,5 @@ def test_device_flag_is_fixed_at_creation() -> None:
 
 def test_device_sync_without_cuda_is_a_configuration_error() -> None:
     """device_sync=True with no CUDA device fails at configure() naming the setting."""
-    with pytest.raises(TimerError, match="device_sync=True needs a CUDA device"):
+    with pytest.raises(ConfigError, match="device_sync=True needs a CUDA device"):
         capture(device_sync=True)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from opentelemetry import trace
 
-from looptrace import RankInfo, TimerError
+from looptrace import ConfigError, RankInfo
 from looptrace._files import OtlpJsonFileExporter, rank_path
 from looptrace._health import Incidents
 from looptrace.testing import capture
@@ -156,18 +156,18 @@ def test_disabled_sdk_writes_snapshots_but_no_span_file(
 
 
 def test_a_file_that_cannot_be_opened_fails_configure_clearly(tmp_path: Path) -> None:
-    """An unwritable path is a TimerError naming the file, before anything is wired."""
+    """An unwritable path is a ConfigError naming the file, before anything is wired."""
     blocker = tmp_path / "not-a-directory"
     blocker.write_text("")
-    with pytest.raises(TimerError, match=r"cannot open .*not-a-directory/t.jsonl for writing"):
+    with pytest.raises(ConfigError, match=r"cannot open .*not-a-directory/t.jsonl for writing"):
         capture(trace_file=blocker / "t.jsonl")
-    with pytest.raises(TimerError, match="must not be empty"):
+    with pytest.raises(ConfigError, match="must not be empty"):
         capture(snapshot_file="")
 
 
 def test_span_file_needs_an_sdk_tracer_provider(tmp_path: Path) -> None:
     """A trace_file with a provider that is not the SDK's is a clear error."""
-    with pytest.raises(TimerError, match="needs an OpenTelemetry SDK TracerProvider"):
+    with pytest.raises(ConfigError, match="needs an OpenTelemetry SDK TracerProvider"):
         from looptrace import configure
 
         configure(tracer_provider=trace.NoOpTracerProvider(), trace_file=tmp_path / "t.jsonl")

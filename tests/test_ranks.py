@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from looptrace import RankInfo, TimerError
+from looptrace import ConfigError, RankInfo
 
 
 @pytest.mark.parametrize(
@@ -69,13 +69,13 @@ def test_torchrun_wins_inside_a_slurm_allocation() -> None:
 
 def test_malformed_rank_variable_names_the_variable() -> None:
     """A non-integer rank variable raises an error naming the variable and value."""
-    with pytest.raises(TimerError, match=r"SLURM_PROCID='x' is not an integer"):
+    with pytest.raises(ConfigError, match=r"SLURM_PROCID='x' is not an integer"):
         RankInfo.from_env({"SLURM_PROCID": "x"})
 
 
 def test_rank_outside_world_size_is_rejected() -> None:
     """A rank that does not fit the world size is an error, not a silent wrong label."""
-    with pytest.raises(TimerError, match="rank 4 is outside the world size 4"):
+    with pytest.raises(ConfigError, match="rank 4 is outside the world size 4"):
         RankInfo(rank=4, world_size=4)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from looptrace import TimerError
+from looptrace import ConfigError
 from looptrace._sampling import LapSampler
 
 
@@ -69,11 +69,11 @@ def test_explicit_argument_beats_environment() -> None:
 )
 def test_bad_sampler_settings_name_the_variable(env: dict[str, str], message: str) -> None:
     """Unsupported or malformed sampler variables raise an error naming them."""
-    with pytest.raises(TimerError, match=message):
+    with pytest.raises(ConfigError, match=message):
         LapSampler.resolve(None, None, environ=env)
 
 
 def test_negative_values_rejected() -> None:
     """Negative trace_first is refused with the setting named."""
-    with pytest.raises(TimerError, match="trace_first must be an int >= 0, got -1"):
+    with pytest.raises(ConfigError, match="trace_first must be an int >= 0, got -1"):
         LapSampler(trace_every=1, trace_first=-1)

@@ -18,7 +18,7 @@ from looptrace._aggregator import Aggregator
 from looptrace._clock import Clock, MonotonicClock
 from looptrace._device import CudaEventClock, DeviceClock, SyncedClock
 from looptrace._engine import Engine
-from looptrace._errors import TimerError
+from looptrace._errors import ConfigError
 from looptrace._exit import install_exit_flush
 from looptrace._exporters import export_pipeline
 from looptrace._files import FLUSH_TIMEOUT_S, FileOutputs, PathLike
@@ -122,7 +122,7 @@ def configure(
     """
     sampler = LapSampler.resolve(trace_every, trace_first)
     if max_paths < 1:
-        raise TimerError(f"max_paths must be at least 1, got {max_paths!r}")
+        raise ConfigError(f"max_paths must be at least 1, got {max_paths!r}")
     rank = RankInfo.from_env() if rank is None else rank
     name = service_name or os.environ.get("OTEL_SERVICE_NAME") or "looptrace"
     incidents = Incidents()
@@ -246,7 +246,7 @@ def _cuda_clock(setting: str) -> CudaEventClock:
     try:
         return CudaEventClock()
     except Exception as error:
-        raise TimerError(f"{setting} needs a CUDA device: {error}") from None
+        raise ConfigError(f"{setting} needs a CUDA device: {error}") from None
 
 
 def _step_traces(

@@ -20,7 +20,7 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
-from looptrace._errors import TimerError
+from looptrace._errors import ConfigError
 from looptrace._health import Incidents
 from looptrace._outputs import Outputs
 from looptrace._ranks import RankInfo
@@ -43,7 +43,7 @@ def rank_path(template: PathLike, rank: RankInfo) -> Path:
     """
     text = os.fspath(template)
     if not text:
-        raise TimerError("a trace_file or snapshot_file name must not be empty")
+        raise ConfigError("a trace_file or snapshot_file name must not be empty")
     if "{rank}" in text:
         return Path(text.replace("{rank}", str(rank.rank)))
     path = Path(text)
@@ -62,7 +62,7 @@ class LineFile:
             path.parent.mkdir(parents=True, exist_ok=True)
             self._fd: int | None = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         except OSError as error:
-            raise TimerError(f"cannot open {path} for writing: {error.strerror}") from None
+            raise ConfigError(f"cannot open {path} for writing: {error.strerror}") from None
         if _ends_inside_a_line(path):
             self.write(b"\n")  # a killed writer left a partial line; keep it on its own
 
@@ -102,7 +102,7 @@ class OtlpJsonFileExporter(SpanExporter):
         try:
             from looptrace._otlp_json import encode_line  # noqa: PLC0415 - needs the extra
         except ImportError:
-            raise TimerError(
+            raise ConfigError(
                 "trace_file needs the OTLP encoder: pip install 'looptrace[files]'"
             ) from None
         self._encode = encode_line
@@ -233,7 +233,7 @@ class FileOutputs:
         if self.exporter is not None:
             if not isinstance(provider, TracerProvider):
                 self.close()
-                raise TimerError(
+                raise ConfigError(
                     "trace_file needs an OpenTelemetry SDK TracerProvider, "
                     f"got {type(provider).__name__}"
                 )

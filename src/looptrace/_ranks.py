@@ -21,7 +21,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from looptrace._errors import TimerError
+from looptrace._errors import ConfigError
 
 RANK = "looptrace.rank"
 LOCAL_RANK = "looptrace.local_rank"
@@ -93,7 +93,7 @@ class RankInfo:
 
     def __post_init__(self) -> None:
         if not 0 <= self.rank < self.world_size:
-            raise TimerError(f"rank {self.rank} is outside the world size {self.world_size}")
+            raise ConfigError(f"rank {self.rank} is outside the world size {self.world_size}")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> RankInfo:
@@ -151,4 +151,4 @@ def _int(var: str | None, value: str | None, default: int) -> int:
     try:
         return int(value)
     except ValueError:
-        raise TimerError(f"environment variable {var}={value!r} is not an integer") from None
+        raise ConfigError(f"environment variable {var}={value!r} is not an integer") from None

@@ -6,7 +6,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from looptrace._errors import TimerError
+from looptrace._errors import ConfigError
 
 DEFAULT_TRACE_FIRST = 10
 DEFAULT_TRACE_EVERY = 100
@@ -28,7 +28,7 @@ class LapSampler:
         for name in ("trace_every", "trace_first"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise TimerError(f"{name} must be an int >= 0, got {value!r}")
+                raise ConfigError(f"{name} must be an int >= 0, got {value!r}")
 
     def __call__(self, lap: int) -> bool:
         """Return whether lap `lap` is traced."""
@@ -70,11 +70,11 @@ def _from_otel_sampler(env: Mapping[str, str]) -> tuple[int, int]:
         try:
             ratio = float(raw)
         except ValueError:
-            raise TimerError(f"OTEL_TRACES_SAMPLER_ARG={raw!r} is not a number") from None
+            raise ConfigError(f"OTEL_TRACES_SAMPLER_ARG={raw!r} is not a number") from None
         if not 0.0 <= ratio <= 1.0:
-            raise TimerError(f"OTEL_TRACES_SAMPLER_ARG={raw!r} is not within [0, 1]")
+            raise ConfigError(f"OTEL_TRACES_SAMPLER_ARG={raw!r} is not within [0, 1]")
         return (0 if ratio == 0 else max(1, round(1 / ratio))), 0
-    raise TimerError(
+    raise ConfigError(
         f"OTEL_TRACES_SAMPLER={env['OTEL_TRACES_SAMPLER']!r} is not one of always_on, "
         "always_off, traceidratio (optionally parentbased_)"
     )
