@@ -123,8 +123,13 @@ class TorchModel:
         self._opt.zero_grad(set_to_none=True)
 
     def close(self) -> None:
-        """Leave the process group."""
+        """Leave the process group once every rank is done with it.
+
+        Without the barrier a rank that finishes first can tear gloo down while another still
+        talks to it, and that one aborts ("terminate called without an active exception").
+        """
         if self._distributed:
+            self._dist.barrier()
             self._dist.destroy_process_group()
 
 

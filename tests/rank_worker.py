@@ -98,6 +98,7 @@ def main(store: str, out: str) -> None:
     cap.lt.shutdown()
     results["after_shutdown"] = result(cap.lt.reset(across_ranks=True))
     results["health"] = {"internal_errors": cap.lt.health().internal_errors}
+    dist.barrier()  # no rank tears gloo down while another still talks to it
     dist.destroy_process_group()
     with open(out, "w") as file:
         json.dump(results, file)
