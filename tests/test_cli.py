@@ -107,3 +107,16 @@ def test_bad_arguments_exit_with_usage(capsys: pytest.CaptureFixture[str]) -> No
         main(["demo", "--steps", "0"])
     assert exit_info.value.code == 2
     assert "must be at least 1, got 0" in capsys.readouterr().err
+
+
+def test_demo_into_an_unwritable_directory_is_a_one_line_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A --out that cannot be written gives exit 1 and one line naming the file."""
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert main(["demo", "--steps", "5", "--out", str(blocker / "sub")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert err[0].startswith("looptrace demo: error: ")
+    assert str(blocker / "sub") in err[0]

@@ -10,7 +10,7 @@ from pathlib import Path
 from looptrace import __version__
 from looptrace._commands import add_commands
 from looptrace._demo import demo_report, run_demo
-from looptrace._errors import TimerError
+from looptrace._errors import ConfigError, TimerError
 from looptrace._reader import InputError
 
 
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # the reader of our output went away (`| head`): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
-    except (InputError, TimerError, OSError) as error:
+    except (InputError, ConfigError, TimerError, OSError) as error:
         print(f"looptrace {args.command}: error: {_one_line(error)}", file=sys.stderr)
         return 1
     return code

@@ -13,7 +13,7 @@ from pathlib import Path
 from opentelemetry.sdk.trace import TracerProvider
 
 from looptrace._configure import configure, looptrace_resource
-from looptrace._errors import TimerError
+from looptrace._errors import ConfigError
 from looptrace._looptrace import Looptrace
 from looptrace._ranks import RankInfo
 from looptrace._reader import load_windows, open_inputs
@@ -129,7 +129,7 @@ def _configure(
     snapshots.unlink(missing_ok=True)
     try:
         return make(trace_file=spans, snapshot_file=snapshots), spans, snapshots
-    except TimerError:  # no OTLP encoder (the `files` extra): snapshots only
+    except ConfigError:  # no OTLP encoder (the `files` extra): snapshots only
         return make(snapshot_file=snapshots), None, snapshots
 
 
