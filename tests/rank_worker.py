@@ -1,8 +1,10 @@
 """One rank of a real torch.distributed (gloo, CPU) job, run by tests/test_distributed.py.
 
-Usage: ``python rank_worker.py STORE OUT`` with ``RANK`` and ``WORLD_SIZE`` set as torchrun
-sets them. The rank drives a looptrace on a fake clock through the windows below, each closed
-by ``reset(across_ranks=True)``, and writes what every reset returned to OUT as JSON.
+Usage: ``python rank_worker.py STORE OUT [LISTED]`` with ``RANK`` and ``WORLD_SIZE`` set as
+torchrun sets them. The rank drives a looptrace on a fake clock through the windows below, each
+closed by ``reset(across_ranks=True)``, and writes what every reset returned, and the
+collective calls and bytes each reset moved, to OUT as JSON. LISTED, when given, replaces
+`looptrace._collectives.LISTED`, so that small jobs take the bitmap path of absent ranks.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from looptrace import RankInfo, Snapshot
+from looptrace import RankInfo, Snapshot, _collectives
 from looptrace.testing import Capture, capture
 
 STEPS = 3
@@ -69,6 +71,7 @@ WINDOWS: dict[str, Callable[[Capture, int, int], None]] = {
     "rank_zero_idle": rank_zero_idle,
     "all_idle": all_idle,
     "all_equal": all_equal,
+    "steady": mismatched,  # the same paths again: nothing new to agree on
 }
 
 
@@ -84,8 +87,23 @@ def result(snapshot: Snapshot) -> dict[str, Any]:
     }
 
 
-def main(store: str, out: str) -> None:
+def traffic() -> dict[str, int]:
+    """Return the collective calls and bytes this process's reductions moved so far."""
+    return {"calls": _collectives.TRAFFIC.calls, "bytes": _collectives.TRAFFIC.bytes}
+
+
+def reduced(cap: Capture) -> dict[str, Any]:
+    """Return `result()` of a `reset(across_ranks=True)`, with what its collectives moved."""
+    before = traffic()
+    snapshot = cap.lt.reset(across_ranks=True)
+    after = traffic()
+    return {**result(snapshot), "traffic": {k: after[k] - before[k] for k in after}}
+
+
+def main(store: str, out: str, listed: str | None = None) -> None:
     """Join the job, run every window, write the results, leave the job."""
+    if listed is not None:
+        _collectives.LISTED = int(listed)
     info = RankInfo.from_env()
     dist.init_process_group(
         "gloo", init_method=f"file://{store}", rank=info.rank, world_size=info.world_size
@@ -94,9 +112,9 @@ def main(store: str, out: str) -> None:
     results = {}
     for name, window in WINDOWS.items():
         window(cap, info.rank, info.world_size)
-        results[name] = result(cap.lt.reset(across_ranks=True))
+        results[name] = reduced(cap)
     cap.lt.shutdown()
-    results["after_shutdown"] = result(cap.lt.reset(across_ranks=True))
+    results["after_shutdown"] = reduced(cap)
     results["health"] = {"internal_errors": cap.lt.health().internal_errors}
     dist.barrier()  # no rank tears gloo down while another still talks to it
     dist.destroy_process_group()

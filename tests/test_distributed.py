@@ -1,4 +1,4 @@
-"""Cross-rank statistics through real torch.distributed (gloo on the CPU), 1, 2 and 4 ranks."""
+"""Cross-rank statistics through real torch.distributed (gloo on the CPU), 1, 2, 4 and 8 ranks."""
 
 from __future__ import annotations
 
@@ -14,11 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 import torch.distributed as dist
 
-from looptrace import _distributed
-from looptrace._collectives import spreads
+from looptrace import _collectives, _distributed
+from looptrace._snapshot import SectionStats, Snapshot
 from looptrace._spread import SPREAD_STATS
 from looptrace.testing import Capture
 from tests import rank_worker
@@ -72,7 +71,7 @@ def presence(across: dict[str, dict[str, Any]]) -> dict[str, tuple[int, list[int
 # --- a real job: WORLD processes of tests/rank_worker.py, joined through a file store ---
 
 
-def run_job(world: int, workdir: Path) -> list[dict[str, Any]]:
+def run_job(world: int, workdir: Path, listed: int | None = None) -> list[dict[str, Any]]:
     """Run `world` rank processes to the end and return each one's results, in rank order."""
     procs = []
     for rank in range(world):
@@ -85,6 +84,7 @@ def run_job(world: int, workdir: Path) -> list[dict[str, Any]]:
             "GLOO_SOCKET_IFNAME": "lo",
         }
         command = [sys.executable, str(WORKER), str(workdir / "store"), str(workdir / f"{rank}")]
+        command += [] if listed is None else [str(listed)]
         procs.append(
             subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         )
@@ -106,11 +106,28 @@ def run_job(world: int, workdir: Path) -> list[dict[str, Any]]:
     return [json.loads((workdir / f"{rank}").read_text()) for rank in range(world)]
 
 
-@pytest.fixture(scope="module", params=[2, 4], ids=["2-ranks", "4-ranks"])
+_JOBS: dict[tuple[int, int | None], list[dict[str, Any]]] = {}
+
+
+def cached_job(
+    world: int, listed: int | None, tmp_path_factory: pytest.TempPathFactory
+) -> list[dict[str, Any]]:
+    """Return the results of a `world`-rank job, run once per test session."""
+    if (world, listed) not in _JOBS:
+        workdir = tmp_path_factory.mktemp(f"job{world}-{listed}")
+        _JOBS[world, listed] = run_job(world, workdir, listed)
+    return _JOBS[world, listed]
+
+
+@pytest.fixture(
+    scope="module",
+    params=[(2, None), (4, None), (8, None), (4, 1)],
+    ids=["2-ranks", "4-ranks", "8-ranks", "4-ranks-bitmap"],
+)
 def job(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """Run a 2- and a 4-rank job once per module; yield (world size, results per rank)."""
-    world = request.param
-    return world, run_job(world, tmp_path_factory.mktemp(f"job{world}"))
+    """Yield (world, results per rank): 2, 4 and 8 ranks, and 4 ranks listing absences by bitmap."""
+    world, listed = request.param
+    return world, cached_job(world, listed, tmp_path_factory)
 
 
 def local_dict(result: dict[str, Any]) -> dict[str, Any]:
@@ -121,7 +138,8 @@ def local_dict(result: dict[str, Any]) -> dict[str, Any]:
 def test_every_rank_gets_the_reference_spread(job: Any) -> None:
     """Each window's cross-rank dict equals a plain-Python reduction of all local stats."""
     world, results = job
-    for window in ("mismatched", "rank_zero_idle", "all_idle", "all_equal", "after_shutdown"):
+    windows = ("mismatched", "rank_zero_idle", "all_idle", "all_equal", "steady", "after_shutdown")
+    for window in windows:
         per_rank = [local_dict(r[window]) for r in results]
         expected = reference(per_rank)
         for rank in range(world):
@@ -332,7 +350,7 @@ def test_a_failing_collective_is_counted_not_raised(
     def broken(*args: object, **kwargs: object) -> None:
         raise RuntimeError("connection reset by peer")
 
-    monkeypatch.setattr(dist, "all_gather", broken)
+    monkeypatch.setattr(dist, "all_reduce", broken)
     _window(cap)
     snap = cap.lt.reset(across_ranks=True)
     assert snap.across_ranks is None
@@ -340,28 +358,53 @@ def test_a_failing_collective_is_counted_not_raised(
     assert cap.lt.health().internal_errors == 1
 
 
-def test_spreads_skip_nan_and_break_ties_low() -> None:
-    """The reduction ignores NaN (absent), takes the lowest tied rank, NaN when none ran."""
-    nan = math.nan
-    row = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
-    matrix = torch.tensor(
-        [
-            [row, [nan] * 6],
-            [[v * 3 for v in row], [nan] * 6],
-            [[v * 3 for v in row[:-1]] + [nan], [nan] * 6],
-        ],
-        dtype=torch.float64,
-    )
-    result = spreads(matrix, ["a", "b"], [(), (0, 1, 2)])
-    a, b = result["a"].to_dict(), result["b"].to_dict()
-    assert a == {
-        "ranks": 3,
-        "absent": [],
-        **{
-            stat: {"min": v, "max": 3 * v, "mean": 7 * v / 3, "slowest_rank": 1}
-            for stat, v in zip(SPREAD_STATS[:-1], row, strict=False)
+@pytest.mark.usefixtures("one_rank")
+def test_a_statistic_without_a_value_is_nan_and_names_no_rank() -> None:
+    """A NaN statistic counts in no spread: NaN min/max/mean, no slowest rank; others intact."""
+    stats = SectionStats(
+        count=0, total=0.25, mean=math.nan, min=math.nan, max=math.nan, std=math.nan,
+        p50=math.nan, p90=math.nan, p99=math.nan, self_time=0.25, errors=0, buckets=(0,),
+    )  # fmt: skip
+    reduced = _collectives.reduce(Snapshot({"root.a": stats}, start_ns=0, end_ns=1, rank=0))
+    assert reduced is not None and reduced.across_ranks is not None
+    spread = reduced.across_ranks["root.a"].to_dict()
+    missing = {"min": math.nan, "max": math.nan, "mean": math.nan, "slowest_rank": None}
+    assert json.dumps(spread, sort_keys=True) == json.dumps(
+        {
+            "ranks": 1,
+            "absent": [],
+            "count": {"min": 0.0, "max": 0.0, "mean": 0.0, "slowest_rank": 0},
+            "total": {"min": 0.25, "max": 0.25, "mean": 0.25, "slowest_rank": 0},
+            "mean": missing,
+            "p99": missing,
+            "max": missing,
+            "self_time": {"min": 0.25, "max": 0.25, "mean": 0.25, "slowest_rank": 0},
         },
-        "self_time": {"min": 6.0, "max": 18.0, "mean": 12.0, "slowest_rank": 1},
+        sort_keys=True,
+    )
+
+
+def test_bytes_per_rank_do_not_grow_with_the_world_size(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Every reset moves the same collective calls and bytes per rank with 2, 4 and 8 ranks."""
+    moved = {
+        world: [
+            {w: r[w]["traffic"] for w in r if w != "health"}
+            for r in cached_job(world, None, tmp_path_factory)
+        ]
+        for world in (2, 4, 8)
     }
-    assert b["ranks"] == 0 and b["absent"] == [0, 1, 2]
-    assert all(math.isnan(b[s]["mean"]) and b[s]["slowest_rank"] is None for s in SPREAD_STATS)
+    first = moved[8][0]
+    assert moved[4] == [first] * 4 and moved[8] == [first] * 8
+    # with 2 ranks the checkpointing rank is rank 1, which skips backward: at most 4 new paths
+    # on any rank instead of 5, a smaller slot vector in the first window, nothing else
+    assert moved[2] == [{**first, "mismatched": {"calls": 8, "bytes": 1706 - 16 * 8}}] * 2
+    assert first["mismatched"] == {"calls": 8, "bytes": 1706}
+    # the same paths again: the header and three all_reduces over the 9 agreed paths, and one
+    # MIN round naming the single absent (or present) rank of backward, checkpoint and eval
+    paths, split = 9, 3
+    assert first["steady"] == {
+        "calls": 5,
+        "bytes": 4 * 8 + paths * 8 * (2 * 6 + 2 * 6 + 1 + 6) + split * 8,
+    }

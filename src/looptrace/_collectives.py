@@ -1,79 +1,170 @@
-"""The collectives of cross-rank statistics, and the reduction of what they gather.
+"""The collectives of cross-rank statistics: `all_reduce`s of vectors over the agreed paths.
 
 Imported only once the program has imported `torch.distributed` (see `looptrace._distributed`).
 """
 
 from __future__ import annotations
 
-import ctypes
-import json
 import math
-from collections.abc import Sequence
+import threading
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
+from looptrace._path_table import PathTable
 from looptrace._snapshot import Snapshot
 from looptrace._spread import SPREAD_STATS, RankSpread, SectionSpread
+
+# Absent (or present) ranks of a path found one per MIN round up to this many; a path with
+# more on both sides is settled by one bitmap of the world's ranks instead.
+LISTED = 8
+_STATS = len(SPREAD_STATS)
+_TABLE = PathTable()
+_LOCK = threading.Lock()
+
+
+@dataclass
+class Traffic:
+    """What this process's cross-rank reductions moved: collective calls and payload bytes.
+
+    `bytes` adds up the tensor each `all_reduce` call takes and returns in place, i.e. what a
+    rank contributes to and receives from the collective.
+    """
+
+    calls: int = 0
+    bytes: int = 0
+
+
+TRAFFIC = Traffic()
+
+
+class _Wire:
+    """The collectives of one reduction, on the backend's device, counted in `TRAFFIC`."""
+
+    __slots__ = ("device",)
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+
+    def all_reduce(self, tensor: torch.Tensor, op: dist.ReduceOp.RedOpType) -> None:
+        """Reduce `tensor` in place across the default group."""
+        TRAFFIC.calls += 1
+        TRAFFIC.bytes += tensor.nbytes
+        if tensor.numel() == 0:
+            return
+        if self.device.type == "cpu":
+            dist.all_reduce(tensor, op=op)
+            return
+        moved = tensor.to(self.device)
+        dist.all_reduce(moved, op=op)
+        tensor.copy_(moved.cpu())
 
 
 def reduce(snapshot: Snapshot) -> Snapshot | None:
     """Return a copy of `snapshot` with `across_ranks`; None without an initialised group."""
     if not (dist.is_available() and dist.is_initialized()):
         return None
-    device = _device(str(dist.get_backend()))
-    world = dist.get_world_size()
-    path_lists = _gather_paths(list(snapshot), world, device)
-    union = sorted(set().union(*path_lists))
-    if not union:
-        return snapshot._with_across_ranks({})
-    rows = [
-        [float(getattr(snapshot[path], stat)) for stat in SPREAD_STATS]
-        if path in snapshot
-        else [math.nan] * len(SPREAD_STATS)
-        for path in union
-    ]
-    local = torch.tensor(rows, dtype=torch.float64, device=device)
-    parts = [torch.empty_like(local) for _ in range(world)]
-    dist.all_gather(parts, local)
-    matrix = torch.stack(parts).cpu()
-    present = [set(paths) for paths in path_lists]
-    absent = [tuple(r for r in range(world) if path not in present[r]) for path in union]
-    return snapshot._with_across_ranks(spreads(matrix, union, absent))
+    wire = _Wire(_device(str(dist.get_backend())))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    with _LOCK:
+        _TABLE.agree(snapshot, wire.all_reduce, rank=rank, world=world)
+        result = _reduce(snapshot, wire, rank, world)
+    return snapshot._with_across_ranks(result)
 
 
-def spreads(
-    matrix: torch.Tensor, paths: Sequence[str], absent: Sequence[tuple[int, ...]]
-) -> dict[str, SectionSpread]:
-    """Reduce a `[ranks, paths, SPREAD_STATS]` matrix, NaN meaning absent, to spreads per path.
-
-    NaN values count in no statistic; the slowest rank is the lowest rank holding the maximum.
-    """
-    present = ~torch.isnan(matrix)
-    counts = present.sum(dim=0)
-    highest = torch.where(present, matrix, -math.inf).max(dim=0).values
-    ranks = torch.arange(matrix.shape[0]).view(-1, 1, 1).expand_as(matrix)
-    slowest = torch.where(present & (matrix == highest), ranks, matrix.shape[0]).min(dim=0).values
-    lowest = torch.where(present, matrix, math.inf).min(dim=0).values
-    means = torch.where(present, matrix, 0.0).sum(dim=0) / counts
-    columns = zip(
-        counts.tolist(),
-        lowest.tolist(),
-        highest.tolist(),
-        means.tolist(),
-        slowest.tolist(),
-        strict=True,
-    )
-    result: dict[str, SectionSpread] = {}
-    for path, gone, row in zip(paths, absent, columns, strict=True):
-        per_stat = {
-            stat: RankSpread(min=lo, max=hi, mean=mean, slowest_rank=rank)
-            if n
-            else RankSpread(min=math.nan, max=math.nan, mean=math.nan, slowest_rank=None)
-            for stat, n, lo, hi, mean, rank in zip(SPREAD_STATS, *row, strict=True)
-        }
-        result[path] = SectionSpread(ranks=matrix.shape[0] - len(gone), absent=gone, **per_stat)
+def _reduce(snapshot: Snapshot, wire: _Wire, rank: int, world: int) -> dict[str, SectionSpread]:
+    """Reduce this rank's statistics over the agreed table; every rank gets the same result."""
+    rows = len(_TABLE)
+    local = torch.full((rows, _STATS), math.nan, dtype=torch.float64)
+    here = torch.zeros(rows, dtype=torch.float64)
+    for path in snapshot:
+        row = _TABLE.index(path)
+        stats = snapshot[path]
+        local[row] = torch.tensor(
+            [float(getattr(stats, s)) for s in SPREAD_STATS], dtype=torch.float64
+        )
+        here[row] = 1.0
+    has = ~torch.isnan(local)
+    # highest values and highest negated values (lowest values), absent as -inf
+    extremes = torch.cat([local, -local]).where(torch.cat([has, has]), -math.inf)
+    wire.all_reduce(extremes, dist.ReduceOp.MAX)
+    highest, lowest = extremes[:rows], -extremes[rows:]
+    sums = torch.cat([local.where(has, 0.0), has.double(), here.view(-1, 1)], dim=1)
+    wire.all_reduce(sums, dist.ReduceOp.SUM)
+    totals, counts, ranks = sums[:, :_STATS], sums[:, _STATS:-1], sums[:, -1]
+    # the lowest rank holding the highest value: MAX over negated ranks
+    holders = torch.full_like(local, -float(world)).where(~(has & (local == highest)), -rank)
+    wire.all_reduce(holders, dist.ReduceOp.MAX)
+    present = [row for row, n in enumerate(ranks.tolist()) if n > 0]
+    absent = _absent(here, [int(n) for n in ranks.tolist()], wire, rank, world)
+    result = {}
+    for row in present:
+        per_stat = {}
+        for column, stat in enumerate(SPREAD_STATS):
+            if counts[row, column] > 0:
+                per_stat[stat] = RankSpread(
+                    min=float(lowest[row, column]),
+                    max=float(highest[row, column]),
+                    mean=float(totals[row, column] / counts[row, column]),
+                    slowest_rank=-int(holders[row, column]),
+                )
+            else:
+                per_stat[stat] = RankSpread(math.nan, math.nan, math.nan, None)
+        result[_TABLE.names[row]] = SectionSpread(
+            ranks=int(ranks[row]), absent=absent.get(row, ()), **per_stat
+        )
+    if rows > 2 * len(present) + 64:  # paths gone from every rank: forget them alike
+        _TABLE.keep(present)
     return result
+
+
+def _absent(
+    here: torch.Tensor, ranks: list[int], wire: _Wire, rank: int, world: int
+) -> dict[int, tuple[int, ...]]:
+    """Return the absent ranks of every row that some, not all, ranks ran.
+
+    The smaller side (absent or present ranks) is found one rank per MIN round while it has at
+    most `LISTED` ranks, so the bytes do not depend on the world size; rows with more on both
+    sides share one bitmap of the world's ranks.
+    """
+    side: dict[int, bool] = {}  # row -> list the absent ranks (else the present ones)
+    few: list[int] = []
+    many: list[int] = []
+    for row, n in enumerate(ranks):
+        if 0 < n < world:
+            side[row] = world - n <= n
+            (few if min(n, world - n) <= LISTED else many).append(row)
+    found: dict[int, list[int]] = {row: [] for row in side}
+    mine = {row: bool(here[row]) != side[row] for row in side}  # this rank is on the listed side
+    pending = few
+    while pending:
+        wanted = torch.tensor(
+            [-rank if mine[row] and rank not in found[row] else -world for row in pending],
+            dtype=torch.float64,
+        )
+        wire.all_reduce(wanted, dist.ReduceOp.MAX)
+        for row, value in zip(pending, wanted.tolist(), strict=True):
+            found[row].append(-int(value))
+        pending = [row for row in pending if len(found[row]) < min(ranks[row], world - ranks[row])]
+    if many:
+        bits = torch.zeros((len(many), (world + 7) // 8), dtype=torch.uint8)
+        for i, row in enumerate(many):
+            if mine[row]:
+                bits[i, rank // 8] = 1 << (rank % 8)
+        wire.all_reduce(bits, dist.ReduceOp.SUM)  # one writer per bit: the sum is the union
+        for i, row in enumerate(many):
+            flags = bits[i].tolist()
+            found[row] = [r for r in range(world) if flags[r // 8] >> (r % 8) & 1]
+    absent = {}
+    for row, listed in found.items():
+        absent[row] = tuple(sorted(listed)) if side[row] else _others(listed, world)
+    return absent
+
+
+def _others(ranks: list[int], world: int) -> tuple[int, ...]:
+    chosen = set(ranks)
+    return tuple(r for r in range(world) if r not in chosen)
 
 
 def _device(backend: str) -> torch.device:
@@ -81,25 +172,3 @@ def _device(backend: str) -> torch.device:
     if "gloo" in backend or backend == "mpi":
         return torch.device("cpu")
     return torch.device("cuda", torch.cuda.current_device())
-
-
-def _gather_paths(paths: list[str], world: int, device: torch.device) -> list[list[str]]:
-    """Return every rank's path list, in rank order: two collectives of fixed-size tensors.
-
-    (Not `all_gather_object`, which needs numpy and pickle.)
-    """
-    data = json.dumps(paths).encode()
-    size = torch.tensor([len(data)], dtype=torch.int64, device=device)
-    sizes = [torch.empty_like(size) for _ in range(world)]
-    dist.all_gather(sizes, size)
-    lengths = [int(s.item()) for s in sizes]
-    padded = bytearray(max(lengths))
-    padded[: len(data)] = data
-    local = torch.frombuffer(padded, dtype=torch.uint8).to(device)
-    parts = [torch.empty_like(local) for _ in range(world)]
-    dist.all_gather(parts, local)
-    gathered = []
-    for part, length in zip(parts, lengths, strict=True):
-        cpu = part.cpu().contiguous()
-        gathered.append(json.loads(ctypes.string_at(cpu.data_ptr(), length)))
-    return gathered
