@@ -76,43 +76,47 @@ def reduce(snapshot: Snapshot) -> Snapshot | None:
 def _reduce(snapshot: Snapshot, wire: _Wire, rank: int, world: int) -> dict[str, SectionSpread]:
     """Reduce this rank's statistics over the agreed table; every rank gets the same result."""
     rows = len(_TABLE)
-    local = torch.full((rows, _STATS), math.nan, dtype=torch.float64)
-    here = torch.zeros(rows, dtype=torch.float64)
+    values = [[math.nan] * _STATS for _ in range(rows)]
+    running = [0.0] * rows
     for path in snapshot:
         row = _TABLE.index(path)
         stats = snapshot[path]
-        local[row] = torch.tensor(
-            [float(getattr(stats, s)) for s in SPREAD_STATS], dtype=torch.float64
-        )
-        here[row] = 1.0
+        values[row] = [float(getattr(stats, s)) for s in SPREAD_STATS]
+        running[row] = 1.0
+    local = torch.tensor(values, dtype=torch.float64).view(rows, _STATS)
+    here = torch.tensor(running, dtype=torch.float64)
     has = ~torch.isnan(local)
     # highest values and highest negated values (lowest values), absent as -inf
     extremes = torch.cat([local, -local]).where(torch.cat([has, has]), -math.inf)
     wire.all_reduce(extremes, dist.ReduceOp.MAX)
-    highest, lowest = extremes[:rows], -extremes[rows:]
+    highest = extremes[:rows]
     sums = torch.cat([local.where(has, 0.0), has.double(), here.view(-1, 1)], dim=1)
     wire.all_reduce(sums, dist.ReduceOp.SUM)
-    totals, counts, ranks = sums[:, :_STATS], sums[:, _STATS:-1], sums[:, -1]
     # the lowest rank holding the highest value: MAX over negated ranks
     holders = torch.full_like(local, -float(world)).where(~(has & (local == highest)), -rank)
     wire.all_reduce(holders, dist.ReduceOp.MAX)
-    present = [row for row, n in enumerate(ranks.tolist()) if n > 0]
-    absent = _absent(here, [int(n) for n in ranks.tolist()], wire, rank, world)
+    ranks = [int(n) for n in sums[:, -1].tolist()]
+    absent = _absent(running, ranks, wire, rank, world)
+    top, negated_low = highest.tolist(), extremes[rows:].tolist()
+    totals, slowest = sums.tolist(), holders.tolist()
     result = {}
+    present = [row for row in range(rows) if ranks[row] > 0]
     for row in present:
         per_stat = {}
         for column, stat in enumerate(SPREAD_STATS):
-            if counts[row, column] > 0:
-                per_stat[stat] = RankSpread(
-                    min=float(lowest[row, column]),
-                    max=float(highest[row, column]),
-                    mean=float(totals[row, column] / counts[row, column]),
-                    slowest_rank=-int(holders[row, column]),
+            total, count = totals[row][column], totals[row][_STATS + column]
+            per_stat[stat] = (
+                RankSpread(
+                    min=-negated_low[row][column],
+                    max=top[row][column],
+                    mean=total / count,
+                    slowest_rank=-int(slowest[row][column]),
                 )
-            else:
-                per_stat[stat] = RankSpread(math.nan, math.nan, math.nan, None)
+                if count > 0
+                else RankSpread(math.nan, math.nan, math.nan, None)
+            )
         result[_TABLE.names[row]] = SectionSpread(
-            ranks=int(ranks[row]), absent=absent.get(row, ()), **per_stat
+            ranks=ranks[row], absent=absent.get(row, ()), **per_stat
         )
     if rows > 2 * len(present) + 64:  # paths gone from every rank: forget them alike
         _TABLE.keep(present)
@@ -120,7 +124,7 @@ def _reduce(snapshot: Snapshot, wire: _Wire, rank: int, world: int) -> dict[str,
 
 
 def _absent(
-    here: torch.Tensor, ranks: list[int], wire: _Wire, rank: int, world: int
+    here: list[float], ranks: list[int], wire: _Wire, rank: int, world: int
 ) -> dict[int, tuple[int, ...]]:
     """Return the absent ranks of every row that some, not all, ranks ran.
 

@@ -1,18 +1,22 @@
 """Cross-rank statistics: one window's snapshot reduced over the ranks of `torch.distributed`.
 
-Every rank runs the same three collectives in the same order, whatever paths it has, so ranks
-that timed different sections never wait on each other:
+Every rank runs the same `all_reduce`s in the same order, whatever paths it has, so ranks that
+timed different sections never wait on each other, and no rank receives another's data:
 
-1. `all_gather` of the byte length of each rank's encoded path list;
-2. `all_gather` of the path lists (UTF-8 JSON, padded to the longest), giving each rank the
-   union of paths;
-3. `all_gather` of a dense float64 matrix, one row per path of the union and one column per
-   statistic of `SPREAD_STATS`, NaN where the rank did not run the path.
+1. the ranks agree on a table of paths (`looptrace._path_table`): a 32-byte header each
+   window, and only when some rank has paths the table lacks, a hashed slot vector and the
+   new names themselves;
+2. over that table, one MAX of every statistic and its negation (highest and lowest value),
+   one SUM of the values, the ranks holding each one and the ranks running each path, and
+   one MAX of the negated ranks holding each highest value (the slowest rank, the lowest on
+   a tie);
+3. for a path that some but not all ranks ran, the smaller side is named one rank per round
+   while it has at most `LISTED` ranks, else by one bitmap of the world's ranks.
 
-Each rank then reduces the gathered matrix locally to the same `SectionSpread` per path
-(`looptrace._collectives`). Every rank receives `world_size x paths x 6` doubles plus every
-rank's path list, once per window. torch is imported only when the program has imported
-`torch.distributed` already, so looptrace works, and imports fast, without torch.
+Steps 1 and 2 move `32 + 248 x paths` bytes per rank in a window with no new path, whatever
+the world size (`looptrace._collectives.TRAFFIC` counts them). torch is imported only when the
+program has imported `torch.distributed` already, so looptrace works, and imports fast,
+without torch.
 """
 
 from __future__ import annotations
