@@ -40,6 +40,8 @@ from typing import Any
 
 import yaml
 
+from looptrace._spread import SPREAD_STATS
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # tests/otlp_server.py, when run as `python benchmarks/scale.py`
 
@@ -47,6 +49,10 @@ PATHS = 100  # section paths of the reset measurement: the 1,024 x 100 example o
 SECTIONS = 20  # sections per step of the export and Prometheus measurements
 STEP_S = 1.0
 RESET_EVERY = 100  # steps per window, as in the README's loop
+# A real pause per step: with the fake clock alone a rank would make its spans faster than a
+# batch span processor drains its queue, and drop them, which no rank at 1 step/s does.
+PACE_S = 0.004
+DEFAULT_EVERY = 100  # the default sampling past the first 10 steps
 EXTRAPOLATE = (1024, 16384)
 WORKER = (sys.executable, __file__)
 GATEWAY = ROOT / "deploy" / "collector" / "gateway.yaml"
@@ -67,8 +73,6 @@ def gathered_reduce(snapshot: Any, traffic: list[int]) -> Any:
     import torch
     import torch.distributed as dist
 
-    from looptrace._spread import SPREAD_STATS, RankSpread, SectionSpread
-
     world = dist.get_world_size()
 
     def all_gather(local: torch.Tensor) -> list[torch.Tensor]:
@@ -82,11 +86,11 @@ def gathered_reduce(snapshot: Any, traffic: list[int]) -> Any:
     lengths = [int(s) for s in all_gather(torch.tensor([len(data)], dtype=torch.int64))]
     padded = bytearray(max(lengths))
     padded[: len(data)] = data
-    path_lists = []
-    for part, length in zip(
-        all_gather(torch.frombuffer(padded, dtype=torch.uint8)), lengths, strict=True
-    ):
-        path_lists.append(json.loads(ctypes.string_at(part.contiguous().data_ptr(), length)))
+    lists = all_gather(torch.frombuffer(padded, dtype=torch.uint8))
+    path_lists = [
+        json.loads(ctypes.string_at(part.contiguous().data_ptr(), length))
+        for part, length in zip(lists, lengths, strict=True)
+    ]
     union = sorted(set().union(*path_lists))
     rows = [
         [float(getattr(snapshot[p], s)) for s in SPREAD_STATS]
@@ -95,6 +99,16 @@ def gathered_reduce(snapshot: Any, traffic: list[int]) -> Any:
         for p in union
     ]
     matrix = torch.stack(all_gather(torch.tensor(rows, dtype=torch.float64)))
+    return snapshot._with_across_ranks(gathered_spreads(path_lists, union, matrix))
+
+
+def gathered_spreads(path_lists: list[list[str]], union: list[str], matrix: Any) -> dict:
+    """The all_gather design's local work on what it gathered: O(world x paths) per rank."""
+    import torch
+
+    from looptrace._spread import RankSpread, SectionSpread
+
+    world = len(path_lists)
     present = ~torch.isnan(matrix)
     counts = present.sum(dim=0)
     highest = torch.where(present, matrix, -math.inf).max(dim=0).values
@@ -113,7 +127,23 @@ def gathered_reduce(snapshot: Any, traffic: list[int]) -> Any:
             for j, stat in enumerate(SPREAD_STATS)
         }
         result[path] = SectionSpread(ranks=world - len(gone), absent=gone, **per_stat)
-    return snapshot._with_across_ranks(result)
+    return result
+
+
+def gathered_local_ms(world: int, rounds: int) -> float:
+    """Time the all_gather design's decoding and reduction of `world` ranks' data, no network."""
+    import torch
+
+    paths = ["root.train", *(f"root.train.{n}" for n in section_names())]
+    encoded = json.dumps(paths).encode()
+    matrix = torch.rand((world, len(paths), len(SPREAD_STATS)), dtype=torch.float64)
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter_ns()
+        path_lists = [json.loads(encoded) for _ in range(world)]
+        gathered_spreads(path_lists, sorted(set().union(*path_lists)), matrix)
+        times.append((time.perf_counter_ns() - start) / 1e6)
+    return statistics.median(times)
 
 
 def reset_worker(store: str, out: str, rounds: int) -> None:
@@ -214,7 +244,8 @@ def measure_reset(worlds: list[int], rounds: int) -> dict[str, Any]:
             calls, moved = ranks[0]["moved"][design]
             entry[design] = {"ms": statistics.median(slowest), "calls": calls, "bytes": moved}
         by_world[world] = entry
-    return {"worlds": by_world, "fits": fits(by_world)}
+    local = {world: gathered_local_ms(world, max(1, rounds // 10)) for world in EXTRAPOLATE}
+    return {"worlds": by_world, "fits": fits(by_world), "all_gather_local_ms": local}
 
 
 def fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
@@ -272,10 +303,13 @@ def export_worker(endpoint: str, steps: int, every: int) -> None:
         for i in range(SECTIONS):
             train.record(f"section{i:02d}")
             clock.advance(STEP_S / SECTIONS)
-        train.record()
+        if step < steps - 1:
+            train.record()
+        else:
+            train.stop()
+        time.sleep(PACE_S)
         if step % RESET_EVERY == RESET_EVERY - 1:
             lt.reset()
-    train.stop()
     lt.reset()
     health = lt.health()
     lt.shutdown()
@@ -311,7 +345,8 @@ def measure_export(ranks: int, steps: int, every: int) -> dict[str, Any]:
             dropped += json.loads(out.splitlines()[-1])["dropped"]
         spans = receiver.span_count
         span_bytes = sum(r.ByteSize() for r in receiver.trace_requests)
-        metric_bytes = sum(r.ByteSize() for r in receiver.metric_requests)
+        # bytes of one rank's export at a reset (cumulative: the same size every window)
+        per_reset = statistics.fmean(r.ByteSize() for r in receiver.metric_requests)
         traced_steps = len({s["attributes"]["looptrace.step"] for s in receiver.spans})
     seconds = steps * STEP_S
     per_step = spans / max(traced_steps, 1) / ranks
@@ -323,8 +358,11 @@ def measure_export(ranks: int, steps: int, every: int) -> dict[str, Any]:
         "spans_per_s_per_rank": spans / seconds / ranks,
         "span_bytes_per_s_per_rank": span_bytes / seconds / ranks,
         "bytes_per_span": span_bytes / max(spans, 1),
-        "metric_bytes_per_s_per_rank": metric_bytes / seconds / ranks,
+        "metric_bytes_per_reset_per_rank": per_reset,
+        "metric_bytes_per_s_per_rank": per_reset / (RESET_EVERY * STEP_S),
         "spans_per_traced_step_per_rank": per_step,
+        # past the first steps: one traced step per `every` (DEFAULT_EVERY by default)
+        "steady_spans_per_s_per_rank": per_step / (every or DEFAULT_EVERY) / STEP_S,
     }
 
 
@@ -382,35 +420,42 @@ def deploy_limits() -> dict[str, Any]:
 
 
 def load(export: dict[str, Any], series: dict[str, Any], limits: dict[str, Any]) -> dict:
-    """Extrapolate the measured per-rank rates to the job sizes of EXTRAPOLATE."""
+    """Extrapolate the measured per-rank rates to the job sizes of EXTRAPOLATE.
+
+    Rates are those past the first steps (one traced step per DEFAULT_EVERY at the default
+    sampling), from the measured spans per traced step and bytes per span; metric bytes are
+    the measured ones, with a reset every RESET_EVERY steps.
+    """
     scrape_s = float(str(limits["scrape_interval"]).removesuffix("s"))
     wait_s = float(str(limits["tail_sampling"]["decision_wait"]).removesuffix("s"))
     result: dict[str, Any] = {}
     for world in EXTRAPOLATE:
         entry = {}
         for name, rates in export.items():
+            spans_s = rates["steady_spans_per_s_per_rank"] * world
+            span_bytes_s = spans_s * rates["bytes_per_span"]
+            metric_bytes_s = rates["metric_bytes_per_s_per_rank"] * world
             burst = rates["spans_per_traced_step_per_rank"] * world
             entry[name] = {
-                "spans_per_s": rates["spans_per_s_per_rank"] * world,
-                "MB_per_s": rates["span_bytes_per_s_per_rank"] * world / 1e6,
-                "GB_per_hour": (
-                    (rates["span_bytes_per_s_per_rank"] + rates["metric_bytes_per_s_per_rank"])
-                    * world
-                    * 3600
-                    / 1e9
-                ),
-                "spans_per_hour": rates["spans_per_s_per_rank"] * world * 3600,
+                "spans_per_s": spans_s,
+                "span_MB_per_s": span_bytes_s / 1e6,
+                "metric_MB_per_s": metric_bytes_s / 1e6,
+                "spans_per_hour": spans_s * 3600,
+                "GB_per_hour": (span_bytes_s + metric_bytes_s) * 3600 / 1e9,
                 "burst_spans": burst,
                 "burst_MB": burst * rates["bytes_per_span"] / 1e6,
                 "burst_batches": burst / limits["batch"]["send_batch_size"],
-                # spans a gateway holds for the tail-sampling decision
-                "held_spans": rates["spans_per_s_per_rank"] * world * wait_s,
-                "held_MB_wire": rates["span_bytes_per_s_per_rank"] * world * wait_s / 1e6,
+                # what the gateway holds for the tail-sampling decision at the worst moment
+                "held_spans": max(burst, spans_s * wait_s),
+                "held_MB_wire": max(burst, spans_s * wait_s) * rates["bytes_per_span"] / 1e6,
             }
+        with_quantiles = series["series"] + 3 * series["paths"]
         entry["series"] = {
             "per_rank": series["series"],
-            "job": series["series"] * world,
-            "samples_per_hour": series["series"] * world * 3600 / scrape_s,
+            "per_rank_with_quantiles": with_quantiles,
+            "job": with_quantiles * world,
+            "samples_per_hour": with_quantiles * world * 3600 / scrape_s,
+            "over_sample_limit": with_quantiles * world > (limits["sample_limit"] or math.inf),
         }
         result[world] = entry
     return result
@@ -433,6 +478,8 @@ def print_report(report: dict[str, Any]) -> None:
                 f"  {design} at {world}: {at['ms_linear']:.1f} ms (linear fit), "
                 f"{at['ms_log2']:.1f} ms (log2 fit), {at['bytes'] / 1e6:.3f} MB per rank"
             )
+    for world, ms in reset["all_gather_local_ms"].items():
+        print(f"  all_gather design's local decoding and reduction alone at {world}: {ms:.0f} ms")
     print("\nOTLP export per rank (1 step/s, 20 sections/step), measured")
     for name, rates in report["export"].items():
         print(

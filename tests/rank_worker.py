@@ -72,6 +72,7 @@ WINDOWS: dict[str, Callable[[Capture, int, int], None]] = {
     "all_idle": all_idle,
     "all_equal": all_equal,
     "steady": mismatched,  # the same paths again: nothing new to agree on
+    "table_lost": mismatched,  # rank 0 forgot the agreed paths (as a restarted rank would)
 }
 
 
@@ -112,6 +113,8 @@ def main(store: str, out: str, listed: str | None = None) -> None:
     results = {}
     for name, window in WINDOWS.items():
         window(cap, info.rank, info.world_size)
+        if name == "table_lost" and info.rank == 0:
+            _collectives._TABLE.clear()
         results[name] = reduced(cap)
     cap.lt.shutdown()
     results["after_shutdown"] = reduced(cap)

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import torch.distributed as dist
 
-from looptrace import _collectives, _distributed
+from looptrace import _collectives, _distributed, _path_table
 from looptrace._snapshot import SectionStats, Snapshot
 from looptrace._spread import SPREAD_STATS
 from looptrace.testing import Capture
@@ -138,8 +138,7 @@ def local_dict(result: dict[str, Any]) -> dict[str, Any]:
 def test_every_rank_gets_the_reference_spread(job: Any) -> None:
     """Each window's cross-rank dict equals a plain-Python reduction of all local stats."""
     world, results = job
-    windows = ("mismatched", "rank_zero_idle", "all_idle", "all_equal", "steady", "after_shutdown")
-    for window in windows:
+    for window in [*rank_worker.WINDOWS, "after_shutdown"]:
         per_rank = [local_dict(r[window]) for r in results]
         expected = reference(per_rank)
         for rank in range(world):
@@ -399,8 +398,11 @@ def test_bytes_per_rank_do_not_grow_with_the_world_size(
     assert moved[4] == [first] * 4 and moved[8] == [first] * 8
     # with 2 ranks the checkpointing rank is rank 1, which skips backward: at most 4 new paths
     # on any rank instead of 5, a smaller slot vector in the first window, nothing else
-    assert moved[2] == [{**first, "mismatched": {"calls": 8, "bytes": 1706 - 16 * 8}}] * 2
+    exchange = {"calls": 8, "bytes": 1706 - 16 * 8}
+    assert moved[2] == [{**first, "mismatched": exchange, "table_lost": exchange}] * 2
     assert first["mismatched"] == {"calls": 8, "bytes": 1706}
+    # a rank without the table: every rank sees the fingerprints differ, drops it, agrees anew
+    assert first["table_lost"] == {"calls": 9, "bytes": 1706 + 32 + 8 * 3}
     # the same paths again: the header and three all_reduces over the 9 agreed paths, and one
     # MIN round naming the single absent (or present) rank of backward, checkpoint and eval
     paths, split = 9, 3
@@ -408,3 +410,30 @@ def test_bytes_per_rank_do_not_grow_with_the_world_size(
         "calls": 5,
         "bytes": 4 * 8 + paths * 8 * (2 * 6 + 2 * 6 + 1 + 6) + split * 8,
     }
+
+
+def one_lap(paths: list[str]) -> Snapshot:
+    """Return a snapshot in which each of `paths` ran one 0.5 s lap."""
+    lap = SectionStats(
+        count=1, total=0.5, mean=0.5, min=0.5, max=0.5, std=0.0, p50=0.5, p90=0.5, p99=0.5,
+        self_time=0.5, errors=0, buckets=(1,),
+    )  # fmt: skip
+    return Snapshot(dict.fromkeys(paths, lap), start_ns=0, end_ns=1, rank=0)
+
+
+@pytest.mark.usefixtures("one_rank")
+def test_paths_sharing_a_slot_all_arrive_and_gone_paths_leave_the_table() -> None:
+    """300 new paths, some on one hash slot, all get spreads; paths gone everywhere are dropped."""
+    many = ["root.train", *(f"root.train.s{i}" for i in range(299))]
+    slots = {_path_table._digest(json.dumps(p).encode()) % 2048 for p in many}
+    assert len(slots) < len(many)  # 300 new paths get 2048 slots: some collide
+    _collectives._TABLE.clear()
+    windows = [many, ["root.train"], many]
+    tables = []
+    for paths in windows:
+        reduced = _collectives.reduce(one_lap(paths))
+        assert reduced is not None and reduced.across_ranks is not None
+        assert sorted(reduced.across_ranks) == sorted(paths)
+        assert {p: s.ranks for p, s in reduced.across_ranks.items()} == dict.fromkeys(paths, 1)
+        tables.append(len(_collectives._TABLE))
+    assert tables == [300, 1, 300]
