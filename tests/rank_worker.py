@@ -3,7 +3,8 @@
 Usage: ``python rank_worker.py STORE OUT [LISTED]`` with ``RANK`` and ``WORLD_SIZE`` set as
 torchrun sets them. The rank drives a looptrace on a fake clock through the windows below, each
 closed by ``reset(across_ranks=True)``, and writes what every reset returned, and the
-collective calls and bytes each reset moved, to OUT as JSON. LISTED, when given, replaces
+collective calls and bytes each reset moved (counted at torch.distributed's all_reduce and
+all_gather), to OUT as JSON. LISTED, when given, replaces
 `looptrace._collectives.LISTED`, so that small jobs take the bitmap path of absent ranks.
 """
 
@@ -88,9 +89,30 @@ def result(snapshot: Snapshot) -> dict[str, Any]:
     }
 
 
+COUNTED = {"calls": 0, "bytes": 0}
+
+
+def count_collectives() -> None:
+    """Count torch.distributed's all_reduce and all_gather calls and the bytes they return."""
+    all_reduce, all_gather = dist.all_reduce, dist.all_gather
+
+    def counted_all_reduce(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+        COUNTED["calls"] += 1
+        COUNTED["bytes"] += tensor.nbytes
+        return all_reduce(tensor, *args, **kwargs)
+
+    def counted_all_gather(outputs: list[Any], *args: Any, **kwargs: Any) -> Any:
+        COUNTED["calls"] += 1
+        COUNTED["bytes"] += sum(t.nbytes for t in outputs)
+        return all_gather(outputs, *args, **kwargs)
+
+    dist.all_reduce = counted_all_reduce
+    dist.all_gather = counted_all_gather
+
+
 def traffic() -> dict[str, int]:
-    """Return the collective calls and bytes this process's reductions moved so far."""
-    return {"calls": _collectives.TRAFFIC.calls, "bytes": _collectives.TRAFFIC.bytes}
+    """Return the collective calls and bytes this process has counted so far."""
+    return dict(COUNTED)
 
 
 def reduced(cap: Capture) -> dict[str, Any]:
@@ -106,6 +128,7 @@ def main(store: str, out: str, listed: str | None = None) -> None:
     if listed is not None:
         _collectives.LISTED = int(listed)
     info = RankInfo.from_env()
+    count_collectives()
     dist.init_process_group(
         "gloo", init_method=f"file://{store}", rank=info.rank, world_size=info.world_size
     )
