@@ -358,3 +358,37 @@ def test_real_prometheus_stores_exemplars_that_are_in_the_exported_trace(
         matched.append((path, span["attributes"]["looptrace.step"]))
     # Steps 0, 3 and 6 were traced: their data sections fell in three buckets (1, 4, 7 ms).
     assert sorted(step for path, step in matched if path == "root.exemplary.data") == [0, 3, 6]
+
+
+def bucket_exemplars(port: int) -> dict[tuple[str, str], float]:
+    """Return `{(path, le): exemplar value}` of the `root.train.load` buckets with an exemplar."""
+    return {
+        (s.labels["looptrace_path"], s.labels["le"]): s.exemplar.value
+        for s in openmetrics_scrape(port)
+        if s.name == "looptrace_section_duration_seconds_bucket"
+        and s.exemplar is not None
+        and s.labels["looptrace_path"] == "root.train.load"
+    }
+
+
+@pytest.mark.parametrize("trace_every", [1, 0])
+def test_an_exemplar_appears_once_its_window_is_counted(trace_every: int) -> None:
+    """A traced section's exemplar waits for the reset that counts it; untraced ones have none."""
+    port = free_port()
+    clock = FakeClock()
+    lt = looptrace.configure(
+        tracer_provider=TracerProvider(), clock=clock, prometheus=port, trace_every=trace_every
+    )
+    train = lt.timer("train")
+    seen = []
+    for seconds in (0.002, 0.03):
+        with train.section("load"):
+            clock.advance(seconds)
+        seen.append(bucket_exemplars(port))
+        lt.reset()
+        seen.append(bucket_exemplars(port))
+    lt.shutdown()
+    first = {("root.train.load", "0.0025"): 0.002}
+    second = {("root.train.load", "0.04"): 0.03}
+    expected = [{}, first, first, {**first, **second}] if trace_every else [{}] * 4
+    assert seen == expected
