@@ -21,8 +21,8 @@ _END = object()  # what `next()` returns for an exhausted iterator
 def laps(timer: Timer, iterable: Iterable[T], fetch: Section) -> Iterator[T]:
     """Yield the items of `iterable`, lapping `timer` before each fetch, timed as `fetch`.
 
-    An iterable with a `len()` ends with exactly that many laps: after the last item the fetch
-    that finds it exhausted is not timed as a section and `timer` stops. Without a length, or
+    An iterable with a `len()` ends with exactly that many laps: after the last item `timer`
+    stops, and the fetch that finds the end is not timed. Without a length, or
     with a wrong one, that fetch begins one more lap, which ends at once. A fetch that
     raises ends its section with an error and the lap with it. When the loop leaves early
     (`break`, an exception in the body) the lap ends when the iterator is closed: at once in
@@ -33,10 +33,12 @@ def laps(timer: Timer, iterable: Iterable[T], fetch: Section) -> Iterator[T]:
     try:
         while True:
             if remaining == 0:
-                item = next(iterator, _END)  # inside the last lap, as its tail
+                if timer.running:
+                    timer.stop()  # the last lap ends here; finding the end is not timed
+                item = next(iterator, _END)
                 if item is _END:
                     return
-                timer.record()  # more items than len() promised: lap, fetch untimed
+                timer.record()  # more items than len() promised: a lap, its fetch untimed
                 remaining = None
             else:
                 timer.record()
