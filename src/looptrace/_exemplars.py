@@ -11,13 +11,14 @@ from __future__ import annotations
 import os
 import threading
 import weakref
+from bisect import bisect_left
 from dataclasses import dataclass
 
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
 from looptrace._attributes import PATH
-from looptrace._buckets import bucket_index
+from looptrace._buckets import BOUNDARIES_NS
 from looptrace._health import Incidents
 
 _MAX_PATHS = 4096  # spans of other instrumentation must not grow memory without bound
@@ -50,7 +51,9 @@ class ExemplarProcessor(SpanProcessor):
     def __init__(self, incidents: Incidents) -> None:
         self._incidents = incidents
         self._lock = threading.Lock()
-        self._pending: Exemplars = {}
+        # path -> bucket index -> (trace id, span id, duration ns, end ns): plain tuples, as
+        # this runs for every traced span.
+        self._pending: dict[str, dict[int, tuple[int, int, int, int]]] = {}
         if hasattr(os, "register_at_fork"):
             ref = weakref.ref(self)
 
@@ -76,15 +79,15 @@ class ExemplarProcessor(SpanProcessor):
             if not isinstance(path, str):
                 path = span.name
             duration = end - start
-            exemplar = TraceExemplar(context.trace_id, context.span_id, duration / 1e9, end)
-            index = bucket_index(duration)
+            latest = (context.trace_id, context.span_id, duration, end)
+            index = bisect_left(BOUNDARIES_NS, duration)
             with self._lock:
                 buckets = self._pending.get(path)
                 if buckets is None:
                     if len(self._pending) >= _MAX_PATHS:
                         return
                     buckets = self._pending[path] = {}
-                buckets[index] = exemplar
+                buckets[index] = latest
         except Exception:
             self._incidents.failed("ExemplarProcessor.on_end")
 
@@ -93,10 +96,13 @@ class ExemplarProcessor(SpanProcessor):
         taken: Exemplars = {}
         with self._lock:
             for path, buckets in list(self._pending.items()):
-                due = {i: e for i, e in buckets.items() if e.time_ns <= until_ns}
+                due = {i: latest for i, latest in buckets.items() if latest[3] <= until_ns}
                 if not due:
                     continue
-                taken[path] = due
+                taken[path] = {
+                    i: TraceExemplar(trace_id, span_id, duration / 1e9, end)
+                    for i, (trace_id, span_id, duration, end) in due.items()
+                }
                 if len(due) == len(buckets):
                     del self._pending[path]
                 else:

@@ -22,11 +22,11 @@ def laps(timer: Timer, iterable: Iterable[T], fetch: Section) -> Iterator[T]:
     """Yield the items of `iterable`, lapping `timer` before each fetch, timed as `fetch`.
 
     An iterable with a `len()` ends with exactly that many laps: after the last item `timer`
-    stops, and the fetch that finds the end is not timed. Without a length, or
-    with a wrong one, that fetch begins one more lap, which ends at once. A fetch that
-    raises ends its section with an error and the lap with it. When the loop leaves early
-    (`break`, an exception in the body) the lap ends when the iterator is closed: at once in
-    CPython when nothing else refers to it, or by calling its `close()`.
+    stops, and the fetch that finds the end is not timed. Without a length, or with a wrong
+    one, that fetch begins one more lap, which ends at once. A fetch that raises ends its
+    section with an error and the lap with it. When the loop leaves early (`break`, an
+    exception in the body) the lap ends when the iterator is closed: at once in CPython when
+    nothing else refers to it, or by calling its `close()`.
     """
     iterator = iter(iterable)
     remaining = _length(iterable)
