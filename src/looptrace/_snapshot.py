@@ -52,9 +52,9 @@ class Snapshot(Mapping[str, SectionStats]):
     at the cut (the laps it completed before it; with several outermost timers in the thread
     that cut, the largest), for a logger's step axis; None when no timer was lapped.
     `across_ranks` holds, per path of any rank, how they spread over the ranks of the job
-    when the window was reduced by
-    `reset(across_ranks=True)`; it is None when the snapshot holds this rank's data only (not
-    asked for, or no initialised `torch.distributed` process group).
+    when the window was reduced by `reset(across_ranks=True)`; it is None when the snapshot
+    holds this rank's data only (not asked for, or no initialised `torch.distributed` process
+    group).
     """
 
     __slots__ = ("_stats", "across_ranks", "end_ns", "rank", "start_ns", "step")
