@@ -133,3 +133,36 @@ def test_a_failing_fetch_ends_its_section_with_an_error_and_the_lap(cap: Capture
         1,
     )
     assert [s["status"] for s in cap.span_tree() if s["name"] == "data"] == ["UNSET", "ERROR"]
+
+
+def test_a_torch_dataloader_gives_a_lap_per_batch_and_times_its_loading(cap: Capture) -> None:
+    """A real DataLoader: len(loader) laps; each batch's __getitem__ time is in `data`."""
+    torch_data = pytest.importorskip("torch.utils.data")
+    clock = cap.clock
+
+    class Slow(torch_data.Dataset):  # type: ignore[misc, name-defined]
+        def __len__(self) -> int:
+            return 10
+
+        def __getitem__(self, index: int) -> int:
+            clock.advance(0.01)
+            return index
+
+    loader = torch_data.DataLoader(Slow(), batch_size=4)  # batches of 4, 4 and 2
+    train = cap.lt.timer("train")
+    sizes = []
+    for batch in train.iterate(loader):
+        sizes.append(len(batch))
+        train.record("forward")
+        clock.advance(0.5)
+    snap = cap.lt.reset()
+    assert (sizes, counts(snap), totals(snap)) == (
+        [4, 4, 2],
+        {"root.train": 3, "root.train.data": 3, "root.train.forward": 3},
+        {"root.train": 1.6, "root.train.data": 0.1, "root.train.forward": 1.5},
+    )
+    assert [round(s["end"] - s["start"], 9) for s in cap.span_tree() if s["name"] == "data"] == [
+        0.04,
+        0.04,
+        0.02,
+    ]
