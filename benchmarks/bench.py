@@ -254,6 +254,59 @@ def realistic_step_cost(steps: int) -> dict[str, float]:
     }
 
 
+def iterate_cost(items: int, rounds: int) -> dict[str, float]:
+    """Per-item cost of `train.iterate(loader)` against the same lap and `data` by hand.
+
+    Aggregate only, a reset every 100 items, the three loops interleaved in random order each
+    round over a list (the loader's own cost is the bare loop).
+    """
+    lt = looptrace.configure(
+        tracer_provider=TracerProvider(), rank=looptrace.RankInfo(), trace_every=0
+    )
+    loader = list(range(items))
+
+    def bare() -> None:
+        for _ in loader:
+            pass
+
+    def by_hand() -> None:
+        train = lt.timer("by_hand")
+        record = train.record
+        for i, _ in enumerate(loader):
+            record()
+            record("data")
+            record("data")  # stands for the first section of the body, which ends `data`
+            if i % RESET_EVERY == RESET_EVERY - 1:
+                lt.reset()
+        train.stop()
+
+    def iterated() -> None:
+        train = lt.timer("iterated")
+        record = train.record
+        for i, _ in enumerate(train.iterate(loader)):
+            record("data")  # the same first section of the body
+            if i % RESET_EVERY == RESET_EVERY - 1:
+                lt.reset()
+
+    loops = {"bare": bare, "by_hand": by_hand, "iterate": iterated}
+    samples: dict[str, list[float]] = {name: [] for name in loops}
+    rng = random.Random(1)
+    for _ in range(rounds):
+        for name in rng.sample(list(loops), len(loops)):
+            t0 = time.perf_counter_ns()
+            loops[name]()
+            samples[name].append((time.perf_counter_ns() - t0) / items)
+    lt.shutdown()
+    median = {name: statistics.median(values) for name, values in samples.items()}
+    return {
+        "bare_ns_per_item": median["bare"],
+        "by_hand_ns_per_item": median["by_hand"],
+        "iterate_ns_per_item": median["iterate"],
+        "iterate_x_by_hand": (median["iterate"] - median["bare"])
+        / (median["by_hand"] - median["bare"]),
+    }
+
+
 def rss_growth(sections: int) -> dict[str, float]:
     """RSS growth over `sections` aggregated sections, measured in a fresh interpreter."""
     code = f"""
@@ -387,6 +440,12 @@ def print_report(
         f"OTLP/gRPC export to a local receiver: {extra['export']['spans_per_s']:,.0f} spans/s "
         f"({extra['export']['spans_delivered']:,} delivered)"
     )
+    it = extra["iterate"]
+    print(
+        f"iterate(): {it['iterate_ns_per_item']:.0f} ns/item, by hand (record() + "
+        f"record('data')): {it['by_hand_ns_per_item']:.0f} ns/item, bare loop "
+        f"{it['bare_ns_per_item']:.0f} ns/item; iterate x by hand {it['iterate_x_by_hand']:.2f}"
+    )
     print("\ntargets:")
     for name, value in targets.items():
         print(f"  {name}: {value:.3f}")
@@ -462,6 +521,7 @@ def main(argv: list[str] | None = None) -> int:
         "rss": rss_growth(100_000 if args.quick else 1_000_000),
         "sketch": sketch_error(100_000 if args.quick else 1_000_000),
         "export": export_throughput(50 if args.quick else 500, sinks),
+        "iterate": iterate_cost(1_000 if args.quick else 20_000, 5 if args.quick else 15),
     }
     receiver.stop()
     stalled.close()

@@ -341,6 +341,8 @@ def _points(metric: Any) -> dict[str, Any]:
     for point in data.data_points:
         attrs = attributes(point.attributes)
         key = attrs.get("looptrace.path", "")
+        if "quantile" in attrs:  # the window quantiles: one point per path and quantile
+            key = f"{key} q{attrs['quantile']}"
         entry: dict[str, Any] = {
             "attributes": attrs,
             "start": point.start_time_unix_nano,
@@ -355,12 +357,23 @@ def _points(metric: Any) -> dict[str, Any]:
                 min=point.min,
                 max=point.max,
             )
+            if point.exemplars:
+                entry["exemplars"] = [
+                    {
+                        "value": e.as_double,
+                        "time": e.time_unix_nano,
+                        "trace_id": e.trace_id.hex(),
+                        "span_id": e.span_id.hex(),
+                    }
+                    for e in point.exemplars
+                ]
         else:
             entry["value"] = (
                 point.as_int if point.WhichOneof("value") == "as_int" else point.as_double
             )
         points[key] = entry
-    points["_temporality"] = data.aggregation_temporality
+    if kind != "gauge":
+        points["_temporality"] = data.aggregation_temporality
     if kind == "sum":
         points["_monotonic"] = data.is_monotonic
     return points

@@ -76,9 +76,18 @@ class Server:
 
 
 class Prometheus(Server):
-    """A real Prometheus running deploy/'s config, scraping its targets every second."""
+    """A real Prometheus running deploy/'s config, scraping its targets every second.
 
-    def __init__(self, binary: str, target_ports: list[int], directory: Path) -> None:
+    `features` are passed as `--enable-feature` flags (e.g. `exemplar-storage`).
+    """
+
+    def __init__(
+        self,
+        binary: str,
+        target_ports: list[int],
+        directory: Path,
+        features: tuple[str, ...] = (),
+    ) -> None:
         self.port = free_port()
         self.target_ports = target_ports
         config = directory / "prometheus.yml"
@@ -89,6 +98,7 @@ class Prometheus(Server):
                 f"--config.file={config}",
                 f"--storage.tsdb.path={directory / 'data'}",
                 f"--web.listen-address={LOCALHOST}:{self.port}",
+                *(f"--enable-feature={feature}" for feature in features),
             ],
             cwd=directory,
         )
@@ -105,6 +115,13 @@ class Prometheus(Server):
         answer = http_json(url)
         assert answer["status"] == "success", answer
         return list(answer["data"]["result"])
+
+    def query_exemplars(self, promql: str, start_s: float, end_s: float) -> list[dict[str, Any]]:
+        """Return `/api/v1/query_exemplars` for a selector: series labels with their exemplars."""
+        query = urllib.parse.urlencode({"query": promql, "start": start_s, "end": end_s})
+        answer = http_json(f"{self.url}/api/v1/query_exemplars?{query}")
+        assert answer["status"] == "success", answer
+        return list(answer["data"])
 
 
 class Mlflow(Server):

@@ -42,23 +42,26 @@ def test_statistics_of_known_durations() -> None:
 def test_bucket_counts_follow_prometheus_le() -> None:
     """A duration equal to a boundary lands in that boundary's bucket (value <= le)."""
     aggregator = Aggregator()
-    durations = [round(s * 1e9) for s in (0.5, 0.0001, 2000.0, 0.00005, 0.0001001)]
+    durations = [round(s * 1e9) for s in (0.4, 0.000001, 2000.0, 0.0000005, 0.000001001)]
     aggregator.merge("a", durations, 0, 0)
     buckets = aggregator.snapshot(start_ns=0, end_ns=1, rank=0)["a"].buckets
     expected = [0] * (len(BOUNDARIES_S) + 1)
-    expected[0] = 2  # 50 µs and exactly 100 µs
-    expected[1] = 1  # just above 100 µs
-    expected[BOUNDARIES_S.index(0.5)] = 1
+    expected[0] = 2  # 0.5 µs and exactly 1 µs
+    expected[1] = 1  # just above 1 µs
+    expected[BOUNDARIES_S.index(0.4)] = 1
     expected[-1] = 1  # beyond 1000 s
     assert list(buckets) == expected
 
 
-def test_boundaries_are_log_spaced_seconds_from_100us_to_1000s() -> None:
-    """The explicit boundaries are seconds, 1-2.5-5 per decade, from 100 µs to 1000 s."""
-    assert BOUNDARIES_S[0] == 0.0001
-    assert BOUNDARIES_S[-1] == 1000.0
+def test_boundaries_are_log_spaced_seconds_from_1us_to_1000s() -> None:
+    """The explicit boundaries are seconds, five per decade (1, 1.6, 2.5, 4, 6.3), 1 µs-1000 s."""
+    assert (BOUNDARIES_S[:6], BOUNDARIES_S[-1], len(BOUNDARIES_S)) == (
+        (1e-06, 1.6e-06, 2.5e-06, 4e-06, 6.3e-06, 1e-05),
+        1000.0,
+        46,
+    )
     ratios = {round(b / a, 2) for a, b in itertools.pairwise(BOUNDARIES_S)}
-    assert ratios == {2.0, 2.5}
+    assert ratios == {1.56, 1.57, 1.59, 1.6}
 
 
 def test_path_cap_folds_overflow_into_other_with_one_warning(

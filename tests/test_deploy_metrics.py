@@ -24,6 +24,7 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
 import looptrace
+from looptrace._exemplars import TraceExemplar
 from looptrace.testing import FakeClock, capture
 
 from .deploy_files import (
@@ -43,10 +44,11 @@ from .deploy_files import (
     rules_usage,
     trace_attributes,
 )
-from .otlp_server import LOCALHOST, free_port
+from .otlp_server import LOCALHOST, OtlpReceiver, free_port
 from .servers import Prometheus
 
 DURATION = "looptrace_section_duration_seconds"
+WINDOW = "looptrace_section_window_duration_seconds"
 DROPPED = "looptrace_spans_dropped_total"
 
 
@@ -92,27 +94,61 @@ def laps(lt: looptrace.Looptrace, clock: Any, steps: int, data_s: float) -> None
     train.stop()
 
 
-def test_otlp_histogram_names_translate_to_what_the_dashboard_reads() -> None:
-    """looptrace.section.duration (s) and its attributes become the Prometheus names in use."""
-    cap = capture(rank=looptrace.RankInfo(rank=1, world_size=2))
-    laps(cap.lt, cap.clock, 3, 0.01)
-    cap.lt.reset()
-    (metric,) = [
-        m
-        for rm in cap.metrics.get_metrics_data().resource_metrics
-        for sm in rm.scope_metrics
-        for m in sm.metrics
-    ]
-    keys = {k for point in metric.data.data_points for k in point.attributes}
-    cap.lt.shutdown()
-    # The collector's prometheus exporter: dots become underscores, unit s adds _seconds.
-    family = metric.name.replace(".", "_") + {"s": "_seconds"}[metric.unit]
-    labels = {k.replace(".", "_") for k in keys}
-    usage, _ = deploy_usage()
-    histogram = {f"{family}_{suffix}" for suffix in ("bucket", "count", "sum")}
-    assert family == "looptrace_section_duration_seconds"
-    assert histogram <= usage.metrics
-    assert sorted(usage.labels - TARGET_LABELS - {"le"} - labels) == []
+def prometheus_names(request: Any) -> tuple[set[str], set[str]]:
+    """Return the series names and labels the collector's prometheus exporter makes of a push.
+
+    Dots become underscores, unit s adds `_seconds`, `{span}` adds nothing, a monotonic sum
+    adds `_total`, a histogram gives `_bucket`, `_count` and `_sum` (and the label `le`).
+    """
+    names, labels = set(), set()
+    for resource_metrics in request.resource_metrics:
+        for scope_metrics in resource_metrics.scope_metrics:
+            for metric in scope_metrics.metrics:
+                family = (
+                    metric.name.replace(".", "_") + {"s": "_seconds", "{span}": ""}[metric.unit]
+                )
+                kind = metric.WhichOneof("data")
+                if kind == "histogram":
+                    names |= {f"{family}_{suffix}" for suffix in ("bucket", "count", "sum")}
+                    labels.add("le")
+                elif kind == "sum" and metric.sum.is_monotonic:
+                    names.add(f"{family}_total")
+                else:
+                    names.add(family)
+                for point in getattr(metric, kind).data_points:
+                    labels |= {a.key.replace(".", "_") for a in point.attributes}
+    return names, labels
+
+
+def test_otlp_push_translates_to_what_the_dashboard_reads() -> None:
+    """The OTLP metrics push, named as the collector names it, is what deploy/ reads."""
+    clock = FakeClock()
+    with OtlpReceiver("grpc") as receiver:
+        lt = looptrace.configure(
+            tracer_provider=TracerProvider(),
+            clock=clock,
+            rank=looptrace.RankInfo(rank=1, world_size=2),
+            otlp_endpoint=receiver.endpoint,
+            otlp_protocol="grpc",
+            traces_exporter="none",
+        )
+        laps(lt, clock, 3, 0.01)
+        lt.reset()
+        lt.shutdown()
+        names, labels = prometheus_names(receiver.metric_requests[-1])
+    usage, recorded = deploy_usage()
+    assert names == {
+        f"{DURATION}_bucket",
+        f"{DURATION}_count",
+        f"{DURATION}_sum",
+        WINDOW,
+        DROPPED,
+    }
+    assert {
+        "unknown metrics": sorted(usage.metrics - names - recorded),
+        "unknown labels": sorted(usage.labels - labels - TARGET_LABELS),
+        "pushed but unused": sorted(names - usage.metrics),
+    } == {"unknown metrics": [], "unknown labels": [], "pushed but unused": []}
 
 
 def test_trace_queries_use_span_attributes_looptrace_emits() -> None:
@@ -138,7 +174,7 @@ def test_data_links_open_traceql_searches_in_tempo() -> None:
             assert (url.path, query["schemaVersion"], query["orgId"]) == ("/explore", ["1"], ["1"])
             (pane,) = json.loads(query["panes"][0]).values()
             panes.append(pane)
-    assert len(panes) == 5
+    assert len(panes) == 7
     for pane in panes:
         (target,) = pane["queries"]
         assert pane["datasource"] == target["datasource"]["uid"] == "tempo"
@@ -192,7 +228,7 @@ def test_configs_read_only_names_and_labels_the_endpoint_serves() -> None:
         "unknown labels": sorted(usage.labels - served_labels - TARGET_LABELS),
         "served but unused": sorted(served - usage.metrics),
     } == {"unknown metrics": [], "unknown labels": [], "served but unused": []}
-    assert served == {f"{DURATION}_bucket", f"{DURATION}_count", f"{DURATION}_sum", DROPPED}
+    assert served == {f"{DURATION}_bucket", f"{DURATION}_count", f"{DURATION}_sum", WINDOW, DROPPED}
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float) -> bool:
@@ -285,3 +321,22 @@ def test_every_dashboard_query_and_rule_answers_from_a_real_prometheus(
     }
     assert ("1", "root.train") in firing and all(rank == "1" for rank, _ in firing)
     assert not any(math.isnan(v) for v in ratios.values())
+
+
+def test_histogram_panels_show_exemplars_that_open_tempo() -> None:
+    """Every bucket query asks for exemplars; their trace_id label links to the Tempo source."""
+    dashboard, datasources = load_json(DASHBOARD), load_yaml(DATASOURCES)
+    bucket_targets = [
+        (panel["title"], target.get("exemplar"))
+        for panel in dashboard["panels"]
+        for target in panel.get("targets", [])
+        if f"{DURATION}_bucket" in target.get("expr", "")
+    ]
+    assert len(bucket_targets) == 4
+    assert [title for title, exemplar in bucket_targets if exemplar is not True] == []
+    (prometheus,) = [s for s in datasources["datasources"] if s["type"] == "prometheus"]
+    (tempo,) = [s for s in datasources["datasources"] if s["type"] == "tempo"]
+    destinations = prometheus["jsonData"]["exemplarTraceIdDestinations"]
+    emitted = TraceExemplar(trace_id=1, span_id=2, value=0.1, time_ns=0).labels
+    assert [(d["name"], d["datasourceUid"]) for d in destinations] == [("trace_id", tempo["uid"])]
+    assert sorted(emitted) == ["span_id", "trace_id"]

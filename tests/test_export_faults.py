@@ -136,11 +136,13 @@ def test_collector_restart_mid_run_delivers_what_comes_after(
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-def test_stalled_collector_costs_the_training_thread_little(protocol: str) -> None:
-    """A collector that never answers: per-section cost <= 1.5x no exporter; bounded shutdown."""
+def test_stalled_collector_never_blocks_the_training_thread(protocol: str) -> None:
+    """A collector that never answers: the loop runs on, losses are counted, shutdown is bounded.
+
+    What this costs the training thread is measured in benchmarks/bench.py (P5), not here.
+    """
     stalled = StalledServer()
     try:
-        base = looptrace.configure(tracer_provider=TracerProvider(), trace_every=1)
         stuck = looptrace.configure(
             tracer_provider=TracerProvider(),
             trace_every=1,
@@ -148,34 +150,21 @@ def test_stalled_collector_costs_the_training_thread_little(protocol: str) -> No
             otlp_protocol=protocol,
             otlp_timeout=1.0,
         )
-
-        def cost(lt: looptrace.Looptrace, steps: int = 2000) -> float:
-            train = lt.timer("train")
-            start = time.perf_counter_ns()
-            for step in range(steps):
+        train = stuck.timer("train")
+        for _ in range(8):
+            for step in range(2000):
                 train.record("data")
                 train.record("forward")
                 train.record()
                 if step % 500 == 499:
-                    lt.reset()
+                    stuck.reset()
             train.stop()
-            return (time.perf_counter_ns() - start) / (3 * steps)
-
-        cost(base), cost(stuck)  # warm up; fills the stalled exporter's queue
-        base_costs, stuck_costs = [], []
-        for _ in range(7):
-            base_costs.append(cost(base))
-            stuck_costs.append(cost(stuck))
-        ratio = min(stuck_costs) / min(base_costs)
         started = time.monotonic()
         stuck.shutdown()
         shutdown_s = time.monotonic() - started
-        base.shutdown()
     finally:
         stalled.close()
-    print(f"stalled collector ({protocol}): cost ratio {ratio:.2f}, shutdown {shutdown_s:.2f} s")
-    assert ratio <= 1.5
-    assert shutdown_s <= 1.0 + 0.5  # the OTLP timeout, plus scheduling slack
+    assert shutdown_s <= 10.0  # a hang guard: the OTLP timeout is 1 s
     assert stuck.health().dropped_spans == 8 * (3 * 2000 + 1)
 
 

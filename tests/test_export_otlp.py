@@ -123,10 +123,12 @@ def test_metrics_are_pushed_cumulative_at_each_reset(receiver: OtlpReceiver) -> 
     lt.shutdown()
     data = receiver.latest_metrics()
     labels = {"looptrace.rank": 0, "looptrace.world_size": 1}
-    buckets = [0] * 23
-    buckets[5] = 1  # 0.004 s falls in (0.0025, 0.005]
-    buckets[9] = 2  # 0.1 s falls in (0.05, 0.1]
-    assert data["looptrace.section.duration"]["root.train.data"] == {
+    buckets = [0] * (len(BOUNDS) + 1)
+    buckets[BOUNDS.index(0.004)] = 1  # 0.004 s falls in (0.0025, 0.004]
+    buckets[BOUNDS.index(0.1)] = 2  # 0.1 s falls in (0.063, 0.1]
+    point = data["looptrace.section.duration"]["root.train.data"]
+    exemplars = point.pop("exemplars")
+    assert point == {
         "attributes": {"looptrace.path": "root.train.data", "span.name": "data", **labels},
         "start": first.start_ns,
         "time": second.end_ns,
@@ -136,6 +138,27 @@ def test_metrics_are_pushed_cumulative_at_each_reset(receiver: OtlpReceiver) -> 
         "bounds": BOUNDS,
         "min": 0.004,
         "max": 0.1,
+    }
+    # The latest traced span of each bucket: step 1's data, then the last one.
+    assert [(e["value"], e["time"]) for e in exemplars] == [
+        (0.004, second.end_ns),
+        (pytest.approx(0.1), first.start_ns + 400_000_000),
+    ]
+    assert all(len(e["trace_id"]) == 32 and len(e["span_id"]) == 16 for e in exemplars)
+    window = data["looptrace.section.window.duration"]
+    assert {key: point for key, point in window.items() if key.startswith("root.train.data")} == {
+        f"root.train.data q{q}": {
+            "attributes": {
+                "looptrace.path": "root.train.data",
+                "span.name": "data",
+                "quantile": q,
+                **labels,
+            },
+            "start": 0,  # a gauge point has no start time in OTLP
+            "time": second.end_ns,
+            "value": 0.004,  # the second window's only data section
+        }
+        for q in ("0.5", "0.9", "0.99")
     }
     assert data["looptrace.section.duration"]["_temporality"] == 2  # CUMULATIVE
     assert data["looptrace.spans.dropped"] == {

@@ -138,3 +138,50 @@ def test_step_traces_of_two_ranks_arrive_in_mlflow_with_their_structure(mlflow: 
         ]
     )
     assert sorted(structures) == sorted([step(0), step(1), last_lap])
+
+
+def test_snapshot_metrics_log_to_mlflow_at_the_window_step(mlflow: Mlflow) -> None:
+    """as_metrics(stats=, sep="/") keys are MLflow metric names; step=snap.step is the x axis."""
+    import time
+
+    from opentelemetry.sdk.trace import TracerProvider
+
+    import looptrace
+    from looptrace.testing import FakeClock
+
+    from .servers import http_json
+
+    clock = FakeClock()
+    lt = looptrace.configure(tracer_provider=TracerProvider(), clock=clock, trace_every=0)
+    train = lt.timer("train")
+    snapshots = []
+    for step, seconds in enumerate(train.iterate([0.1, 0.2, 0.3, 0.4, 0.5])):
+        with train.section("forward"):
+            clock.advance(seconds)
+        if step == 2:
+            snapshots.append(lt.reset())
+    snapshots.append(lt.reset())
+    lt.shutdown()
+    experiment = mlflow.create_experiment("looptrace-metrics")
+    run = http_json(
+        f"{mlflow.url}/api/2.0/mlflow/runs/create",
+        {"experiment_id": experiment, "start_time": int(time.time() * 1000)},
+    )["run"]["info"]["run_id"]
+    for snap in snapshots:
+        metrics = snap.as_metrics(prefix="timing", stats=("mean", "p99"), sep="/")
+        batch = [
+            {"key": key, "value": value, "timestamp": 0, "step": snap.step}
+            for key, value in metrics.items()
+        ]
+        http_json(f"{mlflow.url}/api/2.0/mlflow/runs/log-batch", {"run_id": run, "metrics": batch})
+    history = http_json(
+        f"{mlflow.url}/api/2.0/mlflow/metrics/get-history?run_id={run}"
+        "&metric_key=timing/root/train/forward/mean"
+    )["metrics"]
+    keys = http_json(f"{mlflow.url}/api/2.0/mlflow/runs/get?run_id={run}")["run"]["data"]
+    assert sorted((m["step"], round(m["value"], 9)) for m in history) == [(2, 0.2), (5, 0.45)]
+    assert sorted(m["key"] for m in keys["metrics"]) == sorted(
+        f"timing/{path}/{stat}"
+        for path in ("root/train", "root/train/data", "root/train/forward")
+        for stat in ("mean", "p99")
+    )

@@ -2,19 +2,31 @@
 
 from __future__ import annotations
 
+import math
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from prometheus_client.openmetrics.parser import (
+    text_string_to_metric_families as openmetrics_families,
+)
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.utils import floatToGoString
 
 import looptrace
+from looptrace._buckets import BOUNDARIES_NS, bucket_index
 from looptrace.testing import FakeClock
 
-from .otlp_server import LOCALHOST, free_port, wait_until
+from .otlp_server import LOCALHOST, OtlpReceiver, free_port, wait_until
 from .servers import Prometheus, binary
+
+WINDOW = "looptrace_section_window_duration_seconds"
 
 
 def scrape(port: int) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
@@ -50,10 +62,17 @@ def test_endpoint_serves_cumulative_histograms_with_rank_labels() -> None:
         ("looptrace_world_size", "2"),
         ("span_name", "data"),
     )
-    bounds = ["0.0001", "0.00025", "0.0005", "0.001", "0.0025", "0.005", "0.01", "0.025",
-              "0.05", "0.1", "0.25", "0.5", "1.0", "2.5", "5.0", "10.0", "25.0", "50.0",
-              "100.0", "250.0", "500.0", "1000.0", "+Inf"]  # fmt: skip
-    cumulative = [0] * 5 + [1] * 5 + [2] * 13
+    bounds = ["1e-06", "1.6e-06", "2.5e-06", "4e-06", "6.3e-06",
+              "1e-05", "1.6e-05", "2.5e-05", "4e-05", "6.3e-05",
+              "0.0001", "0.00016", "0.00025", "0.0004", "0.00063",
+              "0.001", "0.0016", "0.0025", "0.004", "0.0063",
+              "0.01", "0.016", "0.025", "0.04", "0.063",
+              "0.1", "0.16", "0.25", "0.4", "0.63",
+              "1.0", "1.6", "2.5", "4.0", "6.3",
+              "10.0", "16.0", "25.0", "40.0", "63.0",
+              "100.0", "160.0", "250.0", "400.0", "630.0",
+              "1000.0", "+Inf"]  # fmt: skip
+    cumulative = [0] * 18 + [1] * 9 + [2] * 20  # 3 ms in (2.5 ms, 4 ms], 0.2 s in (0.16, 0.25]
     buckets = {
         tuple(sorted((*labels, ("le", le)))): float(n)
         for le, n in zip(bounds, cumulative, strict=True)
@@ -97,6 +116,7 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]
         binary("LOOPTRACE_TEST_PROMETHEUS", "prometheus"),
         [free_port()],
         Path(tmp_path_factory.mktemp("prometheus")),
+        features=("exemplar-storage",),
     )
     yield server
     server.stop()
@@ -108,7 +128,10 @@ def uniform(low: float, high: float, n: int) -> list[float]:
 
 
 def test_real_prometheus_scrapes_and_computes_quantiles(prometheus: Prometheus) -> None:
-    """Prometheus 2.42 stores the histograms; histogram_quantile(0.5) is within 10 % per path."""
+    """Prometheus 2.42 stores the histograms; histogram_quantile(0.5) is within 10 % per path.
+
+    From a 6 µs section up: the buckets reach down to 1 µs.
+    """
     clock = FakeClock()
     lt = looptrace.configure(
         tracer_provider=TracerProvider(),
@@ -122,6 +145,7 @@ def test_real_prometheus_scrapes_and_computes_quantiles(prometheus: Prometheus) 
         "data": uniform(0.12, 0.22, 401),
         "forward": uniform(1.1, 2.3, 401),
         "step": uniform(0.01, 1.0, 401),
+        "tokenize": uniform(5e-6, 7e-6, 401),  # 8x off when the buckets began at 100 µs
     }
     for i in range(401):
         for name, values in durations.items():
@@ -134,7 +158,7 @@ def test_real_prometheus_scrapes_and_computes_quantiles(prometheus: Prometheus) 
         query = f"histogram_quantile(0.5, {per_path})"
 
         def scraped() -> bool:
-            return len(prometheus.query(query)) == 4
+            return len(prometheus.query(query)) == 5
 
         assert wait_until(scraped, timeout=60, interval=0.5), prometheus.log.read_text()[-2000:]
         medians = {
@@ -158,6 +182,223 @@ def test_real_prometheus_scrapes_and_computes_quantiles(prometheus: Prometheus) 
             ("looptrace_world_size", "2"),
             ("span_name", path.rsplit(".", 1)[-1]),
         )
-        for path in ("root.train", "root.train.data", "root.train.forward", "root.train.step")
+        for path in (
+            "root.train",
+            "root.train.data",
+            "root.train.forward",
+            "root.train.step",
+            "root.train.tokenize",
+        )
     ]
     assert [float(s["value"][1]) for s in dropped] == [0.0]
+
+
+def openmetrics_scrape(port: int) -> list[Any]:
+    """Return the samples of an endpoint's /metrics asked for in the OpenMetrics format."""
+    request = urllib.request.Request(
+        f"http://{LOCALHOST}:{port}/metrics",
+        headers={"Accept": "application/openmetrics-text; version=1.0.0; charset=utf-8"},
+    )
+    with urllib.request.urlopen(request, timeout=5) as response:
+        text = response.read().decode()
+    return [sample for family in openmetrics_families(text) for sample in family.samples]
+
+
+def le_of(duration_ns: int) -> str:
+    """Return the `le` label of the bucket a duration falls in."""
+    index = bucket_index(duration_ns)
+    return "+Inf" if index == len(BOUNDARIES_NS) else floatToGoString(BOUNDARIES_NS[index] / 1e9)  # type: ignore[no-untyped-call]
+
+
+def test_window_quantiles_and_exemplars_in_the_openmetrics_exposition() -> None:
+    """Each path serves its window's exact quantiles; buckets carry the latest traced span."""
+    port = free_port()
+    clock = FakeClock()
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    lt = looptrace.configure(tracer_provider=provider, clock=clock, prometheus=port, trace_every=2)
+    train = lt.timer("train")
+    for seconds in (0.0045, 0.0041, 0.2, 0.003, 0.0042, 0.5):
+        train.record("data")
+        clock.advance(seconds)
+        train.record()
+    train.stop()
+    snapshot = lt.reset()
+    samples = openmetrics_scrape(port)
+    lt.shutdown()
+    window = {
+        (s.labels["looptrace_path"], s.labels["quantile"]): s.value
+        for s in samples
+        if s.name == WINDOW
+    }
+    assert window == {
+        (path, q): getattr(snapshot[path], stat)
+        for path in ("root.train", "root.train.data")
+        for q, stat in (("0.5", "p50"), ("0.9", "p90"), ("0.99", "p99"))
+    }
+    exemplars = {
+        (s.labels["looptrace_path"], s.labels["le"]): (
+            s.exemplar.labels["trace_id"],
+            s.exemplar.labels["span_id"],
+            s.exemplar.value,
+            float(s.exemplar.timestamp),
+        )
+        for s in samples
+        if s.name == "looptrace_section_duration_seconds_bucket" and s.exemplar is not None
+    }
+    expected = {}
+    for span in memory.get_finished_spans():  # in the order they ended: the latest wins
+        assert span.context is not None and span.end_time is not None
+        duration = span.end_time - (span.start_time or 0)
+        key = ((span.attributes or {})["looptrace.path"], le_of(duration))
+        expected[key] = (
+            f"{span.context.trace_id:032x}",
+            f"{span.context.span_id:016x}",
+            duration / 1e9,
+            span.end_time / 1e9,
+        )
+    # Laps 0, 2 and 4 were traced: their 4.5 ms, 0.2 s and 4.2 ms data sections (4.5 ms and
+    # 4.2 ms share a bucket; 4.2 ms is the later).
+    assert sorted(le for path, le in expected if path == "root.train.data") == ["0.0063", "0.25"]
+    assert exemplars == expected
+
+
+def true_quantile(values: list[float], q: float) -> float:
+    """Return the nearest-rank q-quantile: the ceil(q * n)-th smallest value."""
+    return sorted(values)[max(math.ceil(q * len(values)) - 1, 0)]
+
+
+def test_real_prometheus_serves_the_window_quantiles_within_1_percent(
+    prometheus: Prometheus,
+) -> None:
+    """Prometheus's window quantiles equal the snapshot's, within 1 % of the truth, 5 µs-300 ms."""
+    clock = FakeClock()
+    lt = looptrace.configure(
+        tracer_provider=TracerProvider(),
+        clock=clock,
+        prometheus=f"{LOCALHOST}:{prometheus.target_ports[0]}",
+        trace_every=0,
+    )
+    timer = lt.timer("quantiles")
+    bases = {"us5": 5e-6, "us80": 80e-6, "ms2": 2e-3, "ms40": 40e-3, "ms300": 0.3}
+    # Spread over a factor of three, in an order that is not sorted.
+    durations = {
+        name: [base * (1 + 2 * ((i * 37) % 301) / 300) for i in range(301)]
+        for name, base in bases.items()
+    }
+    for i in range(301):
+        for name, values in durations.items():
+            timer.record(name)
+            clock.advance(values[i])
+        timer.stop()
+    snapshot = lt.reset()
+    query = f'{WINDOW}{{looptrace_path=~"root.quantiles.+"}}'
+    try:
+        assert wait_until(lambda: len(prometheus.query(query)) == 15, timeout=60, interval=0.5)
+        served = {
+            (r["metric"]["looptrace_path"].rsplit(".", 1)[-1], r["metric"]["quantile"]): float(
+                r["value"][1]
+            )
+            for r in prometheus.query(query)
+        }
+    finally:
+        lt.shutdown()
+    quantiles = (("0.5", "p50"), ("0.9", "p90"), ("0.99", "p99"))
+    assert served == {
+        (name, q): pytest.approx(getattr(snapshot[f"root.quantiles.{name}"], stat), rel=0.01)
+        for name in bases
+        for q, stat in quantiles
+    }
+    assert served == {
+        (name, q): pytest.approx(true_quantile(values, float(q)), rel=0.01)
+        for name, values in durations.items()
+        for q, _ in quantiles
+    }
+
+
+def test_real_prometheus_stores_exemplars_that_are_in_the_exported_trace(
+    prometheus: Prometheus,
+) -> None:
+    """query_exemplars returns trace and span ids of spans the OTLP trace export delivered."""
+    now_ns = time.time_ns()
+    clock = FakeClock(epoch_ns=now_ns)
+    with OtlpReceiver("grpc") as receiver:
+        lt = looptrace.configure(
+            tracer_provider=TracerProvider(),
+            clock=clock,
+            prometheus=f"{LOCALHOST}:{prometheus.target_ports[0]}",
+            otlp_endpoint=receiver.endpoint,
+            otlp_protocol="grpc",
+            trace_every=3,
+        )
+        timer = lt.timer("exemplary")
+        for step in range(9):
+            timer.record("data")
+            clock.advance(0.001 * (1 + step))
+            timer.record("forward")
+            clock.advance(0.05)
+            timer.record()
+        timer.stop()
+        lt.reset()
+        selector = 'looptrace_section_duration_seconds_bucket{looptrace_path=~"root.exemplary.*"}'
+
+        def stored() -> list[dict[str, Any]]:
+            return prometheus.query_exemplars(selector, now_ns / 1e9 - 600, now_ns / 1e9 + 600)
+
+        try:
+            assert wait_until(lambda: len(stored()) >= 4, timeout=60, interval=0.5), (
+                prometheus.log.read_text()[-2000:]
+            )
+            found = stored()
+        finally:
+            lt.shutdown()
+        spans = {(s["trace_id"], s["span_id"]): s for s in receiver.spans}
+    exemplars = [
+        (series["seriesLabels"]["looptrace_path"], series["seriesLabels"]["le"], e)
+        for series in found
+        for e in series["exemplars"]
+    ]
+    matched = []
+    for path, le, exemplar in exemplars:
+        span = spans[(exemplar["labels"]["trace_id"], exemplar["labels"]["span_id"])]
+        duration = span["end"] - span["start"]
+        assert (span["attributes"]["looptrace.path"], le_of(duration)) == (path, le)
+        assert float(exemplar["value"]) == pytest.approx(duration / 1e9)
+        matched.append((path, span["attributes"]["looptrace.step"]))
+    # Steps 0, 3 and 6 were traced: their data sections fell in three buckets (1, 4, 7 ms).
+    assert sorted(step for path, step in matched if path == "root.exemplary.data") == [0, 3, 6]
+
+
+def bucket_exemplars(port: int) -> dict[tuple[str, str], float]:
+    """Return `{(path, le): exemplar value}` of the `root.train.load` buckets with an exemplar."""
+    return {
+        (s.labels["looptrace_path"], s.labels["le"]): s.exemplar.value
+        for s in openmetrics_scrape(port)
+        if s.name == "looptrace_section_duration_seconds_bucket"
+        and s.exemplar is not None
+        and s.labels["looptrace_path"] == "root.train.load"
+    }
+
+
+@pytest.mark.parametrize("trace_every", [1, 0])
+def test_an_exemplar_appears_once_its_window_is_counted(trace_every: int) -> None:
+    """A traced section's exemplar waits for the reset that counts it; untraced ones have none."""
+    port = free_port()
+    clock = FakeClock()
+    lt = looptrace.configure(
+        tracer_provider=TracerProvider(), clock=clock, prometheus=port, trace_every=trace_every
+    )
+    train = lt.timer("train")
+    seen = []
+    for seconds in (0.002, 0.03):
+        with train.section("load"):
+            clock.advance(seconds)
+        seen.append(bucket_exemplars(port))
+        lt.reset()
+        seen.append(bucket_exemplars(port))
+    lt.shutdown()
+    first = {("root.train.load", "0.0025"): 0.002}
+    second = {("root.train.load", "0.04"): 0.03}
+    expected = [{}, first, first, {**first, **second}] if trace_every else [{}] * 4
+    assert seen == expected

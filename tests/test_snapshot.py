@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
+from typing import Any
 
 import pytest
 
@@ -144,3 +146,57 @@ def test_local_snapshot_has_no_cross_rank_data(cap: Capture) -> None:
     snap = _one_section(cap)
     assert snap.across_ranks is None
     assert sorted(snap.to_dict()) == ["root.training", "root.training.forward"]
+
+
+def test_as_metrics_chosen_stats_and_separator(cap: Capture) -> None:
+    """stats= picks the statistics, sep= joins prefix, path levels and statistic."""
+    flat = _one_section(cap).as_metrics(prefix="timing", stats=("p99", "mean"), sep="/")
+    assert flat == {
+        "timing/root/training/mean": 2.0,
+        "timing/root/training/p99": pytest.approx(2.0, rel=0.01),
+        "timing/root/training/forward/mean": 1.0,
+        "timing/root/training/forward/p99": pytest.approx(1.5, rel=0.01),
+    }
+
+
+def test_as_metrics_chosen_stats_with_cross_rank_data() -> None:
+    """Cross-rank keys follow stats= and sep= too; `ranks` always stays."""
+    assert _cross_rank_snapshot().as_metrics(prefix="t", stats=["mean", "p99"], sep="/") == {
+        "t/root/eval/ranks": 2.0,
+        "t/root/eval/mean/min_rank": 0.5,
+        "t/root/eval/mean/max_rank": 0.75,
+        "t/root/eval/mean/mean_rank": 0.625,
+        "t/root/eval/mean/slowest_rank": 2.0,
+    }
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"stats": ("mean", "p95")}, "unknown statistic(s) 'p95'; choose from count, total"),
+        ({"stats": "median"}, "unknown statistic(s) 'median'"),
+        ({"sep": ""}, "as_metrics(sep=...) must not be empty"),
+    ],
+)
+def test_as_metrics_rejects_unknown_stats_and_empty_separator(
+    cap: Capture, kwargs: dict[str, Any], message: str
+) -> None:
+    """An unknown statistic or an empty separator is a ValueError naming it."""
+    snap = _one_section(cap)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        snap.as_metrics(**kwargs)
+
+
+def test_step_is_the_lap_index_of_the_outermost_timer_at_the_cut(cap: Capture) -> None:
+    """Snapshot.step counts the outermost laps before the cut; None before any lap."""
+    assert cap.lt.reset().step is None
+    train = cap.lt.timer("training")
+    steps = []
+    for step in range(7):
+        train.record()
+        cap.clock.advance(0.1)
+        if step % 3 == 2:
+            steps.append((step, cap.lt.reset().step))
+    train.stop()
+    steps.append((7, cap.lt.reset().step))
+    assert steps == [(2, 2), (5, 5), (7, 7)]

@@ -114,11 +114,13 @@ class Aggregator:
         if self.recorder is not None:
             self.recorder(path, durations)
 
-    def snapshot(self, *, start_ns: int, end_ns: int, rank: int) -> Snapshot:
+    def snapshot(
+        self, *, start_ns: int, end_ns: int, rank: int, step: int | None = None
+    ) -> Snapshot:
         """Return the window's statistics and start an empty window; the caller holds `lock`."""
         paths, self._paths = self._paths, {}
         stats = {path: agg.stats() for path, agg in paths.items()}
-        return Snapshot(stats, start_ns=start_ns, end_ns=end_ns, rank=rank)
+        return Snapshot(stats, start_ns=start_ns, end_ns=end_ns, rank=rank, step=step)
 
     def after_fork_in_child(self) -> None:
         """Start empty with a fresh lock: a forked child counts only its own sections."""

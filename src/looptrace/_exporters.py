@@ -21,6 +21,7 @@ from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProces
 
 from looptrace._cumulative import CumulativeHistograms
 from looptrace._errors import ConfigError
+from looptrace._exemplars import ExemplarProcessor
 from looptrace._health import Incidents
 from looptrace._outputs import Outputs
 from looptrace._ranks import RankInfo
@@ -79,7 +80,7 @@ class ExportPipeline:
         self.settings = settings
         self.incidents = incidents
         self.histograms = CumulativeHistograms(
-            resource, attributes, lambda: incidents.dropped_spans
+            resource, attributes, lambda: incidents.dropped_spans, ExemplarProcessor(incidents)
         )
         self.processor: ExportingSpanProcessor | None = None
         self.pusher: MetricPusher | None = None
@@ -123,6 +124,8 @@ class ExportPipeline:
         """Add the span processors to the tracer provider looptrace uses."""
         if provider is None:
             return
+        if self.histograms.exemplars is not None:
+            provider.add_span_processor(self.histograms.exemplars)
         if self.processor is not None:
             provider.add_span_processor(self.processor)
         if self.settings.console_traces:

@@ -83,6 +83,7 @@ class Looptrace:
                 start_ns=engine.anchor.epoch_ns(start),
                 end_ns=engine.anchor.epoch_ns(now),
                 rank=self.rank.rank,
+                step=engine.steps_done(),
             )
         if across_ranks:
             snapshot = reduce_across_ranks(snapshot, self._incidents)

@@ -2,15 +2,19 @@
 
 A `prometheus_client` custom collector renders the totals of `CumulativeHistograms` at every
 scrape, with looptrace's explicit second buckets. (The SDK's Prometheus reader only serves what
-a MeterProvider aggregated itself; looptrace's histograms are aggregated already.)
+a MeterProvider aggregated itself; looptrace's histograms are aggregated already.) A scraper
+that asks for OpenMetrics (Prometheus does) also gets the buckets' exemplars.
 
-============================================  =================================================
-``looptrace_section_duration_seconds``        histogram (`_bucket`, `_count`, `_sum`) with the
-                                              labels ``looptrace_path``, ``span_name``,
-                                              ``looptrace_rank``, ``looptrace_world_size``
-``looptrace_spans_dropped_total``             counter with ``looptrace_rank``,
-                                              ``looptrace_world_size``
-============================================  =================================================
+=============================================  ================================================
+``looptrace_section_duration_seconds``         histogram (`_bucket`, `_count`, `_sum`) with the
+                                               labels ``looptrace_path``, ``span_name``,
+                                               ``looptrace_rank``, ``looptrace_world_size``;
+                                               buckets carry `trace_id`/`span_id` exemplars
+``looptrace_section_window_duration_seconds``  summary-style quantiles (label ``quantile``:
+                                               0.5, 0.9, 0.99) of the latest window, same labels
+``looptrace_spans_dropped_total``              counter with ``looptrace_rank``,
+                                               ``looptrace_world_size``
+=============================================  ================================================
 """
 
 from __future__ import annotations
@@ -23,11 +27,19 @@ from wsgiref.simple_server import WSGIServer
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
+from prometheus_client.samples import Exemplar
 from prometheus_client.utils import floatToGoString
 
 from looptrace._attributes import PATH, SPAN_NAME
 from looptrace._buckets import BOUNDARIES_S
-from looptrace._cumulative import DROPPED_DESCRIPTION, DURATION_DESCRIPTION, CumulativeHistograms
+from looptrace._cumulative import (
+    DROPPED_DESCRIPTION,
+    DURATION_DESCRIPTION,
+    QUANTILE,
+    QUANTILES,
+    WINDOW_DESCRIPTION,
+    CumulativeHistograms,
+)
 from looptrace._errors import ConfigError
 from looptrace._ranks import RANK, WORLD_SIZE
 from looptrace._settings import PrometheusSettings
@@ -35,6 +47,7 @@ from looptrace._settings import PrometheusSettings
 _log = logging.getLogger("looptrace")
 
 DURATION_FAMILY = "looptrace_section_duration_seconds"
+WINDOW_FAMILY = "looptrace_section_window_duration"
 DROPPED_FAMILY = "looptrace_spans_dropped"
 _LE = (*(floatToGoString(b) for b in BOUNDARIES_S), "+Inf")  # type: ignore[no-untyped-call]
 
@@ -45,29 +58,38 @@ def label(attribute: str) -> str:
 
 
 class SnapshotCollector(Collector):
-    """Serves the cumulative section histograms and the dropped-span counter at each scrape."""
+    """Serves the section histograms, window quantiles and dropped-span counter at each scrape."""
 
     def __init__(self, histograms: CumulativeHistograms) -> None:
         self._histograms = histograms
 
     def collect(self) -> Iterator[Metric]:
-        """Yield the two metric families with the current totals."""
+        """Yield the three metric families with the current totals."""
         histograms = self._histograms
         rank = [str(histograms.attributes[RANK]), str(histograms.attributes[WORLD_SIZE])]
+        names = [label(PATH), label(SPAN_NAME), label(RANK), label(WORLD_SIZE)]
         duration = HistogramMetricFamily(
-            DURATION_FAMILY,
-            DURATION_DESCRIPTION,
-            labels=[label(PATH), label(SPAN_NAME), label(RANK), label(WORLD_SIZE)],
-            unit="seconds",
+            DURATION_FAMILY, DURATION_DESCRIPTION, labels=names, unit="seconds"
         )
+        window = Metric(WINDOW_FAMILY, WINDOW_DESCRIPTION, "summary", unit="seconds")
         for path, series in sorted(histograms.series().items()):
+            values = [path, path.rsplit(".", 1)[-1], *rank]
             running = 0
-            buckets: list[tuple[str, float]] = []
-            for le, count in zip(_LE, series.buckets, strict=True):
+            buckets: list[tuple[str, float] | tuple[str, float, Exemplar]] = []
+            for index, (le, count) in enumerate(zip(_LE, series.buckets, strict=True)):
                 running += count
-                buckets.append((le, running))
-            duration.add_metric([path, path.rsplit(".", 1)[-1], *rank], buckets, series.sum)
+                found = series.exemplars.get(index)
+                if found is None:
+                    buckets.append((le, running))
+                else:
+                    exemplar = Exemplar(found.labels, found.value, found.time_ns / 1e9)
+                    buckets.append((le, running, exemplar))
+            duration.add_metric(values, buckets, series.sum)
+            labels = dict(zip(names, values, strict=True))
+            for (quantile, _), value in zip(QUANTILES, series.quantiles, strict=False):
+                window.add_sample(window.name, {**labels, QUANTILE: quantile}, value)
         yield duration
+        yield window
         dropped = CounterMetricFamily(
             DROPPED_FAMILY, DROPPED_DESCRIPTION, labels=[label(RANK), label(WORLD_SIZE)]
         )

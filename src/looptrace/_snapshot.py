@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from types import MappingProxyType
 from typing import Any
@@ -48,13 +48,16 @@ class SectionStats:
 class Snapshot(Mapping[str, SectionStats]):
     """Statistics per section path since the previous `reset()`; a read-only mapping.
 
-    The mapping holds this rank's statistics. `across_ranks` holds, per path of any rank, how
-    they spread over the ranks of the job when the window was reduced by
-    `reset(across_ranks=True)`; it is None when the snapshot holds this rank's data only (not
-    asked for, or no initialised `torch.distributed` process group).
+    The mapping holds this rank's statistics. `step` is the lap index of the outermost timer
+    at the cut (the laps it completed before it; with several outermost timers in the thread
+    that cut, the largest), for a logger's step axis; None when no timer was lapped.
+    `across_ranks` holds, per path of any rank, how they spread over the ranks of the job
+    when the window was reduced by `reset(across_ranks=True)`; it is None when the snapshot
+    holds this rank's data only (not asked for, or no initialised `torch.distributed` process
+    group).
     """
 
-    __slots__ = ("_stats", "across_ranks", "end_ns", "rank", "start_ns")
+    __slots__ = ("_stats", "across_ranks", "end_ns", "rank", "start_ns", "step")
 
     boundaries: tuple[float, ...] = BOUNDARIES_S
 
@@ -66,11 +69,13 @@ class Snapshot(Mapping[str, SectionStats]):
         end_ns: int,
         rank: int,
         across_ranks: Mapping[str, SectionSpread] | None = None,
+        step: int | None = None,
     ) -> None:
         self._stats = dict(sorted(stats.items()))
         self.start_ns = start_ns
         self.end_ns = end_ns
         self.rank = rank
+        self.step = step
         self.across_ranks: Mapping[str, SectionSpread] | None = (
             None if across_ranks is None else MappingProxyType(dict(sorted(across_ranks.items())))
         )
@@ -102,24 +107,40 @@ class Snapshot(Mapping[str, SectionStats]):
             }
         return data
 
-    def as_metrics(self, prefix: str = "timing") -> dict[str, float]:
+    def as_metrics(
+        self, prefix: str = "timing", stats: Iterable[str] = METRIC_STATS, sep: str = "."
+    ) -> dict[str, float]:
         """Return flat `{prefix}.{path}.{stat}` metrics for an experiment logger.
 
-        With cross-rank data, every path of any rank adds `{prefix}.{path}.ranks` and
-        `{prefix}.{path}.{stat}.min_rank`, `.max_rank`, `.mean_rank` and `.slowest_rank`
-        for each statistic of `SPREAD_STATS`. Statistics that are undefined for a window (NaN)
-        are left out, since most loggers reject them.
+        `stats` chooses the statistics (any of `METRIC_STATS`, in that order) and `sep` joins
+        the prefix, the path's levels and the statistic (`sep="/"` groups panels in W&B and
+        TensorBoard). With cross-rank data, every path of any rank adds `{prefix}.{path}.ranks`
+        and `{prefix}.{path}.{stat}.min_rank`, `.max_rank`, `.mean_rank` and `.slowest_rank`
+        for each chosen statistic of `SPREAD_STATS`. Statistics that are undefined for a window
+        (NaN) are left out, since most loggers reject them.
+
+        Raises:
+            ValueError: a statistic that is not one of `METRIC_STATS`, or an empty `sep`.
+
         """
-        head = f"{prefix}." if prefix else ""
+        chosen = _chosen(stats)
+        if not sep:
+            raise ValueError("as_metrics(sep=...) must not be empty")
+        head = f"{prefix}{sep}" if prefix else ""
         flat: dict[str, float] = {}
-        for path, stats in self._stats.items():
-            for name in METRIC_STATS:
-                value = float(getattr(stats, name))
+        for path, section in self._stats.items():
+            name = f"{head}{path.replace('.', sep)}{sep}"
+            for stat in chosen:
+                value = float(getattr(section, stat))
                 if not math.isnan(value):
-                    flat[f"{head}{path}.{name}"] = value
+                    flat[f"{name}{stat}"] = value
         if self.across_ranks is not None:
             for path, spread in self.across_ranks.items():
-                flat.update(spread.metrics(f"{head}{path}"))
+                name = f"{head}{path.replace('.', sep)}"
+                for key, value in spread.metrics("").items():
+                    parts = key[1:].split(".")
+                    if parts[0] == "ranks" or parts[0] in chosen:
+                        flat[sep.join((name, *parts))] = value
         return flat
 
     def _with_across_ranks(self, across_ranks: Mapping[str, SectionSpread]) -> Snapshot:
@@ -127,3 +148,17 @@ class Snapshot(Mapping[str, SectionStats]):
         reduced = copy.copy(self)
         reduced.across_ranks = MappingProxyType(dict(sorted(across_ranks.items())))
         return reduced
+
+
+def _chosen(stats: Iterable[str]) -> tuple[str, ...]:
+    """Return the chosen statistics in `METRIC_STATS` order, or name the unknown ones."""
+    if isinstance(stats, str):
+        stats = (stats,)
+    wanted = set(stats)
+    unknown = sorted(wanted - set(METRIC_STATS))
+    if unknown:
+        raise ValueError(
+            f"as_metrics(stats=...): unknown statistic(s) {', '.join(map(repr, unknown))}; "
+            f"choose from {', '.join(METRIC_STATS)}"
+        )
+    return tuple(stat for stat in METRIC_STATS if stat in wanted)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
 from typing import ParamSpec, TypeVar
 
 from looptrace._engine import Engine
 from looptrace._errors import TimerError
 from looptrace._intervals import Interval, ThreadState
+from looptrace._iterate import laps
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -138,6 +139,14 @@ class Timer:
         if section is None:
             section = child._section = Section(self, child)
         return section
+
+    def iterate(self, iterable: Iterable[R], section: str = "data") -> Iterator[R]:
+        """Yield the items of `iterable`, one lap of this timer each, the fetch timed as `section`.
+
+        `for batch in train.iterate(loader):` measures the wait for every batch; the timer
+        stops when the iterable is exhausted (see the README, "Use", for `break` and errors).
+        """
+        return laps(self, iterable, self.section(section))
 
     def timed(self, name: str | None = None) -> Callable[[Callable[P, R]], Callable[P, R]]:
         """Decorate a function so each call is a section (default name: the function's)."""
