@@ -449,7 +449,8 @@ def load(export: dict[str, Any], series: dict[str, Any], limits: dict[str, Any])
                 "held_spans": max(burst, spans_s * wait_s),
                 "held_MB_wire": max(burst, spans_s * wait_s) * rates["bytes_per_span"] / 1e6,
             }
-        with_quantiles = series["series"] + 3 * series["paths"]
+        served = any("window" in family for family in series["families"])
+        with_quantiles = series["series"] + (0 if served else 3 * series["paths"])
         entry["series"] = {
             "per_rank": series["series"],
             "per_rank_with_quantiles": with_quantiles,

@@ -110,7 +110,7 @@ def test_prometheus_config_takes_test_targets(tmp_path: Path) -> None:
             {
                 "job_name": "looptrace",
                 "honor_labels": True,
-                "sample_limit": 1_000_000,
+                "sample_limit": 2_000_000,
                 "label_limit": 16,
                 "label_value_length_limit": 1024,
                 "static_configs": [{"targets": ["127.0.0.1:9464", "127.0.0.1:9465"]}],
