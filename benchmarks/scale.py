@@ -4,8 +4,8 @@ Three measurements, each on real parts of this machine, then extrapolated to 1,0
 ranks:
 
 1. `reset(across_ranks=True)`: time and bytes per rank for worlds of 2 to 16 gloo processes,
-   the all_reduce design next to the all_gather design it replaced (kept below as
-   `gathered_reduce`, for comparison only). Bytes are counted at the collective calls: for an
+   the all_reduce design next to the all_gather design it replaced (kept in
+   `scale_gathered.py`, for comparison only). Bytes are counted at the collective calls: for an
    all_reduce the tensor a rank passes in and gets back, for an all_gather what it receives.
 2. OTLP load: N rank processes (`RANK`/`WORLD_SIZE` set, a fake clock at 1 step per second, 20
    sections per step) export to a real OTLP/HTTP receiver (tests/otlp_server.py) at the
@@ -25,7 +25,6 @@ measured times grow here, while the byte counts are exact and independent of the
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import math
 import os
@@ -39,8 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
-from looptrace._spread import SPREAD_STATS
+from scale_gathered import gathered_bytes, gathered_local_ms, gathered_reduce, same_spreads
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # tests/otlp_server.py, when run as `python benchmarks/scale.py`
@@ -66,84 +64,6 @@ def section_names() -> list[str]:
     """Return PATHS - 1 section names of a realistic length (the lap itself is the last path)."""
     kinds = ("data", "forward", "backward", "optimizer", "allreduce")
     return [f"layer{i // len(kinds):02d}_{kinds[i % len(kinds)]}" for i in range(PATHS - 1)]
-
-
-def gathered_reduce(snapshot: Any, traffic: list[int]) -> Any:
-    """The all_gather design: every rank's path list and statistics matrix to every rank."""
-    import torch
-    import torch.distributed as dist
-
-    world = dist.get_world_size()
-
-    def all_gather(local: torch.Tensor) -> list[torch.Tensor]:
-        parts = [torch.empty_like(local) for _ in range(world)]
-        dist.all_gather(parts, local)
-        traffic[0] += 1
-        traffic[1] += world * local.nbytes
-        return parts
-
-    data = json.dumps(list(snapshot)).encode()
-    lengths = [int(s) for s in all_gather(torch.tensor([len(data)], dtype=torch.int64))]
-    padded = bytearray(max(lengths))
-    padded[: len(data)] = data
-    lists = all_gather(torch.frombuffer(padded, dtype=torch.uint8))
-    path_lists = [
-        json.loads(ctypes.string_at(part.contiguous().data_ptr(), length))
-        for part, length in zip(lists, lengths, strict=True)
-    ]
-    union = sorted(set().union(*path_lists))
-    rows = [
-        [float(getattr(snapshot[p], s)) for s in SPREAD_STATS]
-        if p in snapshot
-        else [math.nan] * len(SPREAD_STATS)
-        for p in union
-    ]
-    matrix = torch.stack(all_gather(torch.tensor(rows, dtype=torch.float64)))
-    return snapshot._with_across_ranks(gathered_spreads(path_lists, union, matrix))
-
-
-def gathered_spreads(path_lists: list[list[str]], union: list[str], matrix: Any) -> dict:
-    """The all_gather design's local work on what it gathered: O(world x paths) per rank."""
-    import torch
-
-    from looptrace._spread import RankSpread, SectionSpread
-
-    world = len(path_lists)
-    present = ~torch.isnan(matrix)
-    counts = present.sum(dim=0)
-    highest = torch.where(present, matrix, -math.inf).max(dim=0).values
-    ranks = torch.arange(world).view(-1, 1, 1).expand_as(matrix)
-    slowest = torch.where(present & (matrix == highest), ranks, world).min(dim=0).values
-    lowest = torch.where(present, matrix, math.inf).min(dim=0).values
-    means = torch.where(present, matrix, 0.0).sum(dim=0) / counts
-    sets = [set(paths) for paths in path_lists]
-    result = {}
-    for i, path in enumerate(union):
-        gone = tuple(r for r in range(world) if path not in sets[r])
-        per_stat = {
-            stat: RankSpread(
-                float(lowest[i, j]), float(highest[i, j]), float(means[i, j]), int(slowest[i, j])
-            )
-            for j, stat in enumerate(SPREAD_STATS)
-        }
-        result[path] = SectionSpread(ranks=world - len(gone), absent=gone, **per_stat)
-    return result
-
-
-def gathered_local_ms(world: int, rounds: int) -> float:
-    """Time the all_gather design's decoding and reduction of `world` ranks' data, no network."""
-    import torch
-
-    paths = ["root.train", *(f"root.train.{n}" for n in section_names())]
-    encoded = json.dumps(paths).encode()
-    matrix = torch.rand((world, len(paths), len(SPREAD_STATS)), dtype=torch.float64)
-    times = []
-    for _ in range(rounds):
-        start = time.perf_counter_ns()
-        path_lists = [json.loads(encoded) for _ in range(world)]
-        gathered_spreads(path_lists, sorted(set().union(*path_lists)), matrix)
-        times.append((time.perf_counter_ns() - start) / 1e6)
-    return statistics.median(times)
 
 
 def reset_worker(store: str, out: str, rounds: int) -> None:
@@ -201,22 +121,6 @@ def reset_worker(store: str, out: str, rounds: int) -> None:
     Path(out).write_text(json.dumps({"ms": times, "moved": moved, "mismatches": mismatches}))
 
 
-def same_spreads(a: Any, b: Any) -> bool:
-    """Return whether two reduced snapshots agree (means to 1e-9 relative)."""
-    da, db = a.to_dict()["across_ranks"], b.to_dict()["across_ranks"]
-    if da.keys() != db.keys():
-        return False
-    for path in da:
-        for stat, value in da[path].items():
-            other = db[path][stat]
-            if isinstance(value, dict):
-                if any(not math.isclose(value[k], other[k], rel_tol=1e-9) for k in value):
-                    return False
-            elif value != other:
-                return False
-    return True
-
-
 def measure_reset(worlds: list[int], rounds: int) -> dict[str, Any]:
     """Run a job per world size; return per design the median of the slowest rank per round."""
     by_world = {}
@@ -244,7 +148,8 @@ def measure_reset(worlds: list[int], rounds: int) -> dict[str, Any]:
             calls, moved = ranks[0]["moved"][design]
             entry[design] = {"ms": statistics.median(slowest), "calls": calls, "bytes": moved}
         by_world[world] = entry
-    local = {world: gathered_local_ms(world, max(1, rounds // 10)) for world in EXTRAPOLATE}
+    paths = ["root.train", *(f"root.train.{n}" for n in section_names())]
+    local = {world: gathered_local_ms(paths, world, max(1, rounds // 10)) for world in EXTRAPOLATE}
     return {"worlds": by_world, "fits": fits(by_world), "all_gather_local_ms": local}
 
 
@@ -256,16 +161,11 @@ def fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
     return my - b * mx, b
 
 
-def gathered_bytes(world: int, path_bytes: int) -> int:
-    """Bytes the all_gather design moves per rank per reset: sizes, path lists, matrix."""
-    return world * (8 + path_bytes + PATHS * 6 * 8)
-
-
 def fits(by_world: dict[int, Any]) -> dict[str, Any]:
     """Fit ms against the world size (linear and log2) and extrapolate both designs."""
     worlds = sorted(by_world)
     result: dict[str, Any] = {}
-    path_bytes = len(json.dumps(["root.train", *(f"root.train.{n}" for n in section_names())]))
+    paths = ["root.train", *(f"root.train.{n}" for n in section_names())]
     for design in ("all_reduce", "all_gather"):
         ms = [by_world[w][design]["ms"] for w in worlds]
         linear = fit([float(w) for w in worlds], ms)
@@ -275,7 +175,7 @@ def fits(by_world: dict[int, Any]) -> dict[str, Any]:
             moved = (
                 by_world[worlds[-1]][design]["bytes"]
                 if design == "all_reduce"
-                else gathered_bytes(world, path_bytes)
+                else gathered_bytes(world, paths)
             )
             at[world] = {
                 "ms_linear": linear[0] + linear[1] * world,
