@@ -196,6 +196,8 @@ class ExportPipeline:
             self.pusher.after_fork_in_child()
 
     def _release(self) -> None:
+        if self.processor is not None:
+            self.processor.shutdown()
         if self.pusher is not None:
             self.pusher.close()
         if self.prometheus is not None:
