@@ -19,6 +19,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
 
+from looptrace import _sdk_logs as sdk_logs
 from looptrace._cumulative import CumulativeHistograms
 from looptrace._errors import ConfigError
 from looptrace._health import Incidents
@@ -109,6 +110,12 @@ class ExportPipeline:
         except BaseException:
             self._release()
             raise
+        sdk_logs.fold(
+            value
+            for otlp_settings in (settings.traces, settings.metrics)
+            if otlp_settings is not None
+            for value in otlp_settings.headers.values()
+        )
         if hasattr(os, "register_at_fork"):
             ref = weakref.ref(self)
 
