@@ -338,7 +338,9 @@ FULL_DISK_PROGRAM = """
 """
 
 
-def test_a_full_disk_leaves_complete_lines_and_counts_the_loss(tmp_path: Path) -> None:
+def test_a_full_disk_leaves_complete_lines_and_counts_the_loss(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Writes past a file size limit fail whole; the loss is counted, said once, and recorded."""
     from looptrace._cli import main
 
@@ -373,6 +375,14 @@ def test_a_full_disk_leaves_complete_lines_and_counts_the_loss(tmp_path: Path) -
     ]
     for path in (spans, snapshots):
         assert all(json.loads(line) for line in path.read_bytes().splitlines())
+    assert main(["summary", str(spans)]) == 0
+    spans_summary = capsys.readouterr().out.splitlines()[0]
+    assert main(["summary", str(snapshots)]) == 0
+    windows_summary = capsys.readouterr().out.splitlines()[0]
+    assert (spans_summary, windows_summary) == (
+        f"span files: {written} spans, rank 0, steps 0-3000, {figures['dropped']} spans lost",
+        "snapshot files: 21 windows, rank 0, closed at steps 100-3001, 10 windows lost",
+    )
     said = [re.sub(r"\d+ span", "N span", line) for line in result.stderr.splitlines()]
     assert sorted(line.split(" (")[0] for line in said) == sorted(
         [

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -11,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from looptrace._reader import SPANS, InputError, load_windows, open_inputs
+from looptrace._reader import SPANS, InputError, JsonLinesFile, load_windows, open_inputs
 
 Warn = Callable[[str], None]
 Subparsers = Any  # argparse's _SubParsersAction is private
@@ -172,12 +173,24 @@ def _summary_of(args: argparse.Namespace, warn: Warn, spans_only: str = "") -> t
         if not spans:
             raise InputError(f"no spans in {', '.join(args.files)}")
         chosen = select(spans, args.rank, args.since_step)
-        return summarize_spans(chosen), chosen, kind
+        return _with_losses(summarize_spans(chosen), files), chosen, kind
     windows = load_windows(kind, files, warn)
     if not windows:
         raise InputError(f"no readable records in {', '.join(args.files)}")
     kept = select(windows, args.rank, args.since_step)
-    return summarize_windows(kept), kept, kind
+    return _with_losses(summarize_windows(kept), files), kept, kind
+
+
+def _with_losses(summary: Any, files: list[JsonLinesFile]) -> Any:
+    """Add what the writers recorded as lost (a full disk, a stalled writer) to the summary."""
+    lost: dict[str, int] = {}
+    for file in files:
+        for what, count in file.lost.items():
+            lost[what] = lost.get(what, 0) + count
+    if not lost:
+        return summary
+    text = "".join(f", {count} {what} lost" for what, count in sorted(lost.items()))
+    return dataclasses.replace(summary, description=summary.description + text)
 
 
 def run_summary(args: argparse.Namespace) -> int:
