@@ -25,6 +25,7 @@ Protocol = Literal["grpc", "http/protobuf"]
 
 DEFAULT_TIMEOUT_S = 10.0
 MAX_TIMEOUT_S = 3600.0  # also bounds shutdown(); a larger value is a unit mistake (ms?)
+_BLANK = " \t"  # what may surround an item; a line break inside one is an error
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_.")
 _DEFAULT_ENDPOINT = {"grpc": "http://localhost:4317", "http/protobuf": "http://localhost:4318"}
 
@@ -58,17 +59,17 @@ def parse_headers(text: str, source: str) -> dict[str, str]:
     """
     headers: dict[str, str] = {}
     for number, item in enumerate(text.split(","), 1):
-        if not item.strip():
+        if not item.strip(_BLANK):
             continue
         key, sep, value = item.partition("=")
-        key = key.strip().lower()
+        key = key.strip(_BLANK).lower()
         if not sep or not key:
             raise ConfigError(
                 f"{source}: cannot parse item {number} of the header list; expected "
                 "key=value pairs separated by commas (values are not shown)"
             )
         try:
-            decoded = unquote(value.strip(), errors="strict")
+            decoded = unquote(value.strip(_BLANK), errors="strict")
         except UnicodeDecodeError:
             decoded = "\x80"  # an invalid escape: rejected below like any non-ASCII value
         headers[key] = check_header(key, decoded, source)
