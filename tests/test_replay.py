@@ -180,7 +180,7 @@ def test_interrupt_reports_exactly_what_was_sent(receiver: OtlpReceiver, tmp_pat
 
 
 @pytest.mark.parametrize(
-    ("options", "environ", "error"),
+    "case",
     [
         (
             ["--timeout", "-1"],
@@ -215,14 +215,13 @@ def test_interrupt_reports_exactly_what_was_sent(receiver: OtlpReceiver, tmp_pat
     ],
 )
 def test_bad_options_are_one_line_errors_as_configure_would_say(
-    options: list[str],
-    environ: dict[str, str],
-    error: str,
+    case: tuple[list[str], dict[str, str], str],
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Replay parses with configure()'s parser: the same rejections, naming the option."""
+    options, environ, error = case
     for name, value in environ.items():
         monkeypatch.setenv(name, value)
     run = record_run(tmp_path)
