@@ -134,8 +134,8 @@ ENVIRONMENT: tuple[EnvVar, ...] = (
     EnvVar(
         "OTEL_BSP_MAX_QUEUE_SIZE",
         None,
-        "spans waiting for export; more are dropped and counted",
-        "`2048`",
+        "spans waiting for export (about 3 KB each); more are dropped and counted",
+        "`32768`",
     ),
     EnvVar(
         "OTEL_BSP_MAX_EXPORT_BATCH_SIZE",

