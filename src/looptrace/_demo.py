@@ -62,7 +62,7 @@ def run_demo(
 
     The loop has data loading, a forward pass with an encoder and a decoder, backward and an
     optimizer step, an evaluation every 50 steps and a checkpoint every 100. With `directory`,
-    spans and snapshots are written there (replacing the files of an earlier demo).
+    spans and snapshots are written there, into files of fresh names (see `_fresh_files`).
     """
     clock = FakeClock()
     start = clock.monotonic_ns()
