@@ -367,3 +367,30 @@ def test_a_dead_collector_costs_one_warning_line(protocol: str) -> None:
     assert result.stdout == "dropped 6001\n"
     (line,) = result.stderr.splitlines()
     assert line.startswith("WARNING:looptrace:looptrace: ")
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_spans_a_stalled_collector_cannot_take_are_counted_during_the_loop(
+    protocol: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full queue drops and counts at once: the count rises in the loop, not at shutdown."""
+    monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "64")
+    monkeypatch.setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "64")
+    stalled = StalledServer()
+    try:
+        clock = FakeClock()
+        lt = looptrace.configure(
+            tracer_provider=TracerProvider(),
+            trace_every=1,
+            clock=clock,
+            otlp_endpoint=stalled.endpoint,
+            otlp_protocol=protocol,
+            otlp_timeout=1.0,
+        )
+        spans = laps(lt, clock, 200)
+        in_loop = lt.health().dropped_spans
+        lt.shutdown()
+    finally:
+        stalled.close()
+    assert in_loop >= spans - 2 * 64  # all but one batch in flight and one queue
+    assert lt.health().dropped_spans == spans
