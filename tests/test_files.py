@@ -10,13 +10,15 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from pathlib import Path
 
 import pytest
 from opentelemetry import trace
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 
-from looptrace import ConfigError, RankInfo
+from looptrace import ConfigError, RankInfo, _span_file
 from looptrace._files import OtlpJsonFileExporter, rank_path
 from looptrace._health import Incidents
 from looptrace.testing import capture
@@ -395,3 +397,78 @@ def test_a_full_disk_leaves_complete_lines_and_counts_the_loss(
             "are counted in lt.health().dropped_spans, not logged",
         ]
     )
+
+
+class _SlowWriter:
+    """A span file writer whose disk is slow, or stalled until `release` is set."""
+
+    def __init__(self, delay_s: float = 0.0) -> None:
+        self.delay_s = delay_s
+        self.release = threading.Event()
+        self.written = 0
+        self.lost_spans = 0
+        if delay_s:
+            self.release.set()
+
+    def export(self, spans: list[object]) -> object:
+        self.release.wait()
+        time.sleep(self.delay_s)
+        self.written += len(spans)
+        return None
+
+    def lost(self, spans: int) -> None:
+        self.lost_spans += spans
+
+    def shutdown(self) -> None:
+        """Nothing to close."""
+
+
+def _finished_spans(count: int) -> list[ReadableSpan]:
+    cap = capture()
+    train = cap.lt.timer("t")
+    for _ in range(count):
+        train.record()
+    train.stop()
+    spans = list(cap.finished_spans())
+    assert len(spans) == count
+    return spans
+
+
+def test_a_slow_span_file_makes_the_training_thread_wait_and_loses_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Past the backlog the training thread waits for the writer: every span is written."""
+    monkeypatch.setattr(_span_file, "BACKLOG", 8)
+    monkeypatch.setattr(_span_file, "BATCH", 4)
+    writer = _SlowWriter(delay_s=0.01)
+    processor = _span_file.SpanFileProcessor(writer)
+    for span in _finished_spans(100):
+        processor.on_end(span)
+    processor.shutdown()
+    assert (writer.written, writer.lost_spans) == (100, 0)
+
+
+def test_a_stalled_span_file_counts_spans_lost_and_stops_waiting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A writer that never returns: past the backlog spans are counted lost, one wait only."""
+    monkeypatch.setattr(_span_file, "BACKLOG", 8)
+    monkeypatch.setattr(_span_file, "BATCH", 4)
+    monkeypatch.setattr(_span_file, "STALL_S", 0.25)
+    writer = _SlowWriter()
+    processor = _span_file.SpanFileProcessor(writer)
+    waits = []
+    real_wait_for = processor._cond.wait_for
+
+    def counted_wait_for(predicate: object, timeout: float | None = None) -> bool:
+        waits.append(timeout)
+        return real_wait_for(predicate, timeout)  # type: ignore[arg-type]
+
+    for span in _finished_spans(50):
+        processor._cond.wait_for = counted_wait_for  # type: ignore[method-assign]
+        processor.on_end(span)
+    writer.release.set()
+    processor.shutdown()
+    assert waits.count(0.25) <= 2  # the writer may take one batch before it stalls
+    assert writer.written + writer.lost_spans == 50
+    assert writer.lost_spans >= 50 - 8 - 4

@@ -50,6 +50,7 @@ class SpanFileProcessor(SpanProcessor):
         self._busy = 0  # spans taken by the writer thread and not yet written
         self._flushes = 0  # flush requests, so the writer does not wait for a full batch
         self._closed = False
+        self._stalled = False
         self._thread: threading.Thread | None = None
         if hasattr(os, "register_at_fork"):
             ref = weakref.WeakMethod(self._after_fork_in_child)
@@ -66,9 +67,13 @@ class SpanFileProcessor(SpanProcessor):
             if self._closed:
                 self._writer.lost(1)
                 return
-            if len(self._pending) >= BACKLOG and not self._cond.wait_for(
-                lambda: len(self._pending) < BACKLOG or self._closed, STALL_S
+            if len(self._pending) >= BACKLOG and (
+                self._stalled
+                or not self._cond.wait_for(
+                    lambda: len(self._pending) < BACKLOG or self._closed, STALL_S
+                )
             ):
+                self._stalled = True  # later spans do not wait until the writer moves again
                 self._writer.lost(1)
                 return
             self._pending.append(span)
@@ -116,6 +121,7 @@ class SpanFileProcessor(SpanProcessor):
                 )
                 batch, self._pending = self._pending[:BATCH], self._pending[BATCH:]
                 self._busy = len(batch)
+                self._stalled = False
                 if not self._pending:
                     self._flushes = 0
                 self._cond.notify_all()  # a training thread waiting for room
@@ -136,4 +142,5 @@ class SpanFileProcessor(SpanProcessor):
         self._pending = []
         self._busy = 0
         self._flushes = 0
+        self._stalled = False
         self._thread = None
