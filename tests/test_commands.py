@@ -354,3 +354,17 @@ def test_a_hostile_span_line_is_skipped_with_one_warning(
     assert invalid.endswith("; skipped")
     assert unreadable == f"looptrace perfetto: warning: {run.span_file}: skipped unreadable line 3"
     assert "6 spans of 1 rank" in out
+
+
+def test_a_snapshot_line_with_only_some_fields_is_used(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Missing statistics and buckets are undefined, not malformed: no warning."""
+    path = tmp_path / "snapshots.jsonl"
+    path.write_text(_snapshot_line(stats={"root.t": {"count": 3, "total": 0.3}}) + "\n")
+    code, out, err = _run(capsys, "summary", tmp_path, path)
+    assert (code, err, out.splitlines()[0]) == (
+        0,
+        "",
+        "snapshot files: 1 window, rank 0, closed at step 9",
+    )

@@ -234,7 +234,8 @@ def _snapshot(record: dict[str, Any]) -> Window:
     for path, fields in stats_field.items():
         if not isinstance(fields, dict):
             raise TypeError(f"the statistics of {path!r} are not an object")
-        buckets = fields.get("buckets") or ()
+        buckets = fields.get("buckets")
+        buckets = [] if buckets is None else buckets
         if not isinstance(buckets, list) or len(buckets) > 10_000:
             raise TypeError("buckets is not a list of counts")
         stats[str(path)] = SectionStats(
@@ -331,7 +332,7 @@ def _whole(value: object, what: str) -> int:
 
 
 def _seconds(value: object) -> float:
-    """Return a duration in seconds (None: undefined, NaN); it must be finite and sane."""
+    """Return a duration in seconds (None: undefined, NaN): from 0 to 30 years."""
     if value is None:
         return math.nan
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -339,6 +340,6 @@ def _seconds(value: object) -> float:
     seconds = float(value)
     if math.isnan(seconds):  # json.dumps writes an undefined statistic as NaN
         return seconds
-    if not -_MAX_SECONDS <= seconds <= _MAX_SECONDS:
-        raise ValueError("a duration is not a finite number of seconds")
+    if not 0 <= seconds <= _MAX_SECONDS:
+        raise ValueError("a duration is not a number of seconds from 0 to 1e9")
     return seconds
