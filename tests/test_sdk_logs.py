@@ -35,8 +35,8 @@ def test_exporter_records_are_folded_once_per_kind_with_header_values_masked(
         (
             "looptrace.sdk",
             "INFO",
-            "looptrace: an OpenTelemetry exporter reported: Queue full (test), dropping x. (further "
-            "reports like it are not logged; lost spans are counted in "
+            "looptrace: an OpenTelemetry exporter reported: Queue full (test), dropping x. "
+            "(further reports like it are not logged; lost spans are counted in "
             "lt.health().dropped_spans)",
         ),
     ]
