@@ -69,11 +69,25 @@ def test_the_commands_the_demo_prints_work(
     assert (tmp_path / "trace.json").stat().st_size > 10_000
 
 
-def test_demo_replaces_the_files_of_an_earlier_demo(tmp_path: Path) -> None:
-    """Running the demo twice into one directory leaves one run's lines, not two."""
-    for _ in range(2):
-        run_demo(steps=20, directory=tmp_path)
-    assert len((tmp_path / "snapshots.jsonl").read_text().splitlines()) == 1
+def test_demo_never_touches_a_file_it_did_not_create(tmp_path: Path) -> None:
+    """A real run's spans.jsonl and an earlier demo's files stay as they were; fresh names."""
+    real = tmp_path / "spans.jsonl"
+    real.write_text('{"resourceSpans":[]}\n')
+    first = run_demo(steps=20, directory=tmp_path)
+    second = run_demo(steps=20, directory=tmp_path)
+    assert real.read_text() == '{"resourceSpans":[]}\n'
+    assert [(r.span_file, r.snapshot_file) for r in (first, second)] == [
+        (tmp_path / "spans-2.jsonl", tmp_path / "snapshots-2.jsonl"),
+        (tmp_path / "spans-3.jsonl", tmp_path / "snapshots-3.jsonl"),
+    ]
+    assert len((tmp_path / "snapshots-2.jsonl").read_text().splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "snapshots-2.jsonl",
+        "snapshots-3.jsonl",
+        "spans-2.jsonl",
+        "spans-3.jsonl",
+        "spans.jsonl",
+    ]
 
 
 def test_demo_statistics_are_consistent() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -226,3 +227,144 @@ def test_a_step_filter_that_leaves_nothing(
     run = record_run(tmp_path)
     assert main(["summary", str(run.span_file), "--since-step", "99"]) == 1
     assert capsys.readouterr().err == "looptrace summary: error: nothing at step 99 or later\n"
+
+
+def _snapshot_line(**changes: object) -> str:
+    """Return a snapshot line with `changes` to its top-level fields or (as `stats`) stats."""
+    record: dict[str, object] = {
+        "kind": "looptrace.snapshot",
+        "version": 1,
+        "step": 9,
+        "rank": 0,
+        "world_size": 1,
+        "host": "h",
+        "stats": {"root.training": {"count": 2, "total": 0.2, "mean": 0.1, "buckets": [2]}},
+    }
+    record.update(changes)
+    return json.dumps(record)
+
+
+def _with_count(count: str) -> str:
+    """Return a snapshot line whose count is the JSON text `count`."""
+    line = _snapshot_line(stats={"root.training": {"count": "COUNT", "total": 0.2}})
+    return line.replace('"COUNT"', count)
+
+
+MALFORMED = "is a malformed snapshot record"
+HOSTILE_SNAPSHOT_LINES = {
+    "deep nesting": ("[" * 200_000, "skipped unreadable line 2"),
+    "count Infinity": (_with_count("Infinity"), MALFORMED),
+    "count 10**400": (_with_count("1" + "0" * 400), MALFORMED),
+    "bucket 1e400": (
+        _snapshot_line(stats={"root.training": {"count": 1, "buckets": ["B"]}}).replace(
+            '"B"', "1e400"
+        ),
+        MALFORMED,
+    ),
+    "across_ranks of the wrong shape": (
+        _snapshot_line(across_ranks={"root.training": [1, 2]}),
+        MALFORMED,
+    ),
+    "across_ranks mean of the wrong type": (
+        _snapshot_line(across_ranks={"root.training": {"mean": {"min": "x", "max": 1}}}),
+        MALFORMED,
+    ),
+    "step 1e300": (_snapshot_line(step=1e300), MALFORMED),
+    "stats not an object": (_snapshot_line(stats=[1, 2]), MALFORMED),
+}
+
+
+@pytest.mark.parametrize("command", ["summary", "plot"])
+@pytest.mark.parametrize("case", sorted(HOSTILE_SNAPSHOT_LINES))
+def test_a_hostile_snapshot_line_is_skipped_with_one_warning(
+    command: str, case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each hostile line: one warning naming file and line; every other window is used."""
+    run = record_run(tmp_path, data_ms=(10, 20, 30, 40), reset_every=1)
+    lines = run.snapshot_file.read_text().splitlines()
+    line, problem = HOSTILE_SNAPSHOT_LINES[case]
+    lines.insert(1, line)
+    run.snapshot_file.write_text("\n".join(lines) + "\n")
+    code, out, err = _run(capsys, command, tmp_path, run.snapshot_file)
+    assert code == 0
+    (warning,) = err.splitlines()
+    assert warning.startswith(f"looptrace {command}: warning: {run.snapshot_file}: ")
+    assert problem in warning and "line 2" in warning
+    assert "4 windows, rank 0, closed at steps 1-4" in out
+
+
+@pytest.mark.parametrize("command", ["summary", "plot"])
+def test_a_hostile_flat_metrics_line_is_skipped(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A flat-metrics count of Infinity: one warning; the other lines are summarized."""
+    path = tmp_path / "metrics.jsonl"
+    good = '{"step": %d, "timing.root.training.count": 2, "timing.root.training.mean": 0.1}'
+    path.write_text("\n".join([good % 1, good.replace("2,", "Infinity,") % 2, good % 3]) + "\n")
+    code, out, err = _run(capsys, command, tmp_path, path)
+    assert (code, err) == (
+        0,
+        f"looptrace {command}: warning: {path}: line 2 is a malformed metrics record "
+        "(timing.root.training.count is not a whole number from 0 to 2**63); skipped\n",
+    )
+    assert "2 windows, rank 0, closed at steps 1-3" in out
+
+
+def test_a_metrics_file_without_steps_names_no_steps(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Flat metrics lines with no `step` key: the summary counts windows, not line numbers."""
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"timing.root.training.count": 2, "timing.root.training.mean": 0.1}\n' * 3)
+    code, out, err = _run(capsys, "summary", tmp_path, path)
+    assert (code, err, out.splitlines()[0]) == (0, "", "metrics files: 3 windows, rank 0")
+
+
+@pytest.mark.parametrize("command", ["summary", "plot", "perfetto"])
+def test_a_span_of_other_instrumentation_named_empty_is_shown_not_fatal(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A span named "" without `looptrace.path` is drawn as "(unnamed)"; nothing recurses."""
+    run = record_run(tmp_path, data_ms=(10, 20))
+    record = json.loads(run.span_file.read_text().splitlines()[0])
+    span = record["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+    span.update(name="", attributes=[], parentSpanId="", spanId="00000000000000aa")
+    with run.span_file.open("a") as handle:
+        handle.write(json.dumps(record) + "\n")
+    code, out, err = _run(capsys, command, tmp_path, run.span_file)
+    assert (code, err) == (0, "")
+    if command == "summary":
+        assert "(unnamed)" in out
+
+
+def test_a_hostile_span_line_is_skipped_with_one_warning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An out-of-range step attribute and deep nesting: a warning each; the rest is used."""
+    run = record_run(tmp_path, data_ms=(10, 20))
+    good = run.span_file.read_text().splitlines()
+    bad = good[0].replace('"intValue":"0"}}]', '"intValue":"99999999999999999999"}}]', 1)
+    run.span_file.write_text("\n".join([good[0], bad, "[" * 200_000, *good[1:]]) + "\n")
+    code, out, err = _run(capsys, "perfetto", tmp_path, run.span_file)
+    assert code == 0
+    invalid, unreadable = err.splitlines()
+    assert invalid.startswith(
+        f"looptrace perfetto: warning: {run.span_file}: line 2 is not a valid OTLP/JSON request ("
+    )
+    assert invalid.endswith("; skipped")
+    assert unreadable == f"looptrace perfetto: warning: {run.span_file}: skipped unreadable line 3"
+    assert "6 spans of 1 rank" in out
+
+
+def test_a_snapshot_line_with_only_some_fields_is_used(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Missing statistics and buckets are undefined, not malformed: no warning."""
+    path = tmp_path / "snapshots.jsonl"
+    path.write_text(_snapshot_line(stats={"root.t": {"count": 3, "total": 0.3}}) + "\n")
+    code, out, err = _run(capsys, "summary", tmp_path, path)
+    assert (code, err, out.splitlines()[0]) == (
+        0,
+        "",
+        "snapshot files: 1 window, rank 0, closed at step 9",
+    )

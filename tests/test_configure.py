@@ -111,7 +111,9 @@ def test_explicit_tracer_provider_receives_the_spans() -> None:
     [
         ({"trace_every": -1}, "trace_every must be an int >= 0, got -1"),
         ({"trace_every": 1.5}, "trace_every must be an int >= 0, got 1.5"),
-        ({"max_paths": 0}, "max_paths must be at least 1, got 0"),
+        ({"max_paths": 0}, "max_paths must be at least 1 and at most 1000000, got 0"),
+        ({"max_paths": 10**9}, "max_paths must be at least 1 and at most 1000000, got 1000000000"),
+        ({"max_paths": "5"}, "max_paths must be at least 1 and at most 1000000, got '5'"),
     ],
 )
 def test_bad_arguments_name_the_setting(kwargs: dict[str, object], message: str) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -260,3 +261,125 @@ def test_certificate_file_is_checked_at_configure(tmp_path: Path) -> None:
             otlp_protocol="grpc",
             otlp_certificate=str(tmp_path / "missing.pem"),
         )
+
+
+SECRET_PROGRAM = """
+    import logging, sys
+    import looptrace
+    from looptrace.testing import FakeClock
+
+    logging.basicConfig(level=logging.DEBUG)  # everything anyone logs goes to stderr
+    clock = FakeClock()
+    lt = looptrace.configure(
+        clock=clock,
+        otlp_endpoint=sys.argv[1],
+        otlp_protocol=sys.argv[2],
+        otlp_timeout=1.0,
+        trace_every=1,
+    )
+    train = lt.timer("train")
+    for step in range(3000):
+        train.record("data"); clock.advance(0.001)
+        train.record()
+    train.stop()
+    lt.shutdown()
+    print("dropped", lt.health().dropped_spans)
+"""
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+@pytest.mark.parametrize("token", ["Bearer%20{secret}", "Bearer%20{secret}%0D%0A"])
+def test_no_output_of_a_failing_export_run_contains_a_header_value(
+    protocol: str, token: str, tmp_path: Path
+) -> None:
+    """With DEBUG logging on, a refused or unsendable token never appears in any output."""
+    secret = "s3cr3t-token-value"
+    headers = f"authorization={token.format(secret=secret)}"
+    with OtlpReceiver(protocol, require=("authorization", "Bearer right")) as rx:
+        result = subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(SECRET_PROGRAM), rx.endpoint, protocol],
+            capture_output=True,
+            check=False,
+            text=True,
+            timeout=120,
+            env={
+                "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+                "PYTHONPATH": os.pathsep.join(sys.path),
+                "OTEL_EXPORTER_OTLP_HEADERS": headers,
+                "OTEL_BSP_SCHEDULE_DELAY": "20",
+            },
+        )
+    output = result.stdout + result.stderr
+    assert secret not in output
+    if token.endswith("%0A"):  # unsendable: configure() refuses it, naming the header
+        assert result.returncode == 1
+        assert result.stderr.splitlines()[-1] == (
+            "looptrace._errors.ConfigError: OTEL_EXPORTER_OTLP_HEADERS: the value of header "
+            "'authorization' holds a control character (a trailing newline?), a non-ASCII "
+            "character or surrounding spaces; the value is not shown"
+        )
+        return
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout == "dropped 6001\n"
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("WARNING")]
+    assert len(warnings) == 1
+    assert re.fullmatch(
+        r"WARNING:looptrace:looptrace: \d+ span\(s\) could not be exported; training goes on "
+        r"and further losses are counted in lt.health\(\).dropped_spans, not logged",
+        warnings[0],
+    )
+    assert "ERROR" not in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_dead_collector_costs_one_warning_line(protocol: str) -> None:
+    """Nothing listens: the SDK's retry and failure lines are folded; one warning remains."""
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(SECRET_PROGRAM).replace("logging.DEBUG", "logging.WARNING"),
+            f"http://127.0.0.1:{free_port()}",
+            protocol,
+        ],
+        capture_output=True,
+        check=False,
+        text=True,
+        timeout=120,
+        env={
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "PYTHONPATH": os.pathsep.join(sys.path),
+            "OTEL_BSP_SCHEDULE_DELAY": "20",
+        },
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout == "dropped 6001\n"
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("WARNING:looptrace:looptrace: ")
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_spans_a_stalled_collector_cannot_take_are_counted_during_the_loop(
+    protocol: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full queue drops and counts at once: the count rises in the loop, not at shutdown."""
+    monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "64")
+    monkeypatch.setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "64")
+    stalled = StalledServer()
+    try:
+        clock = FakeClock()
+        lt = looptrace.configure(
+            tracer_provider=TracerProvider(),
+            trace_every=1,
+            clock=clock,
+            otlp_endpoint=stalled.endpoint,
+            otlp_protocol=protocol,
+            otlp_timeout=1.0,
+        )
+        spans = laps(lt, clock, 200)
+        in_loop = lt.health().dropped_spans
+        lt.shutdown()
+    finally:
+        stalled.close()
+    assert in_loop >= spans - 2 * 64  # all but one batch in flight and one queue
+    assert lt.health().dropped_spans == spans

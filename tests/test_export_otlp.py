@@ -18,7 +18,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 import looptrace
 from looptrace.testing import FakeClock
 
-from .otlp_server import OtlpReceiver
+from .otlp_server import OtlpReceiver, wait_until
 
 PROTOCOLS = ["grpc", "http/protobuf"]
 BOUNDS = list(looptrace.Snapshot.boundaries)
@@ -294,3 +294,28 @@ def _run(code: str, **env: str) -> str:
         timeout=60,
     )
     return result.stdout.strip()
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_every_step_traced_at_full_speed_loses_no_span(protocol: str) -> None:
+    """1000 steps of 20 sections at trace_every=1, as fast as looptrace goes: all arrive."""
+    with OtlpReceiver(protocol, keep_spans=False) as rx:
+        clock = FakeClock()
+        lt = looptrace.configure(
+            tracer_provider=TracerProvider(),
+            clock=clock,
+            trace_every=1,
+            otlp_endpoint=rx.endpoint,
+            otlp_protocol=protocol,
+        )
+        train = lt.timer("train")
+        for _ in range(1000):
+            for section in range(20):
+                train.record(f"s{section}")
+                clock.advance(0.001)
+            train.record()
+        train.stop()
+        dropped_in_loop = lt.health().dropped_spans
+        lt.shutdown()
+        wait_until(lambda: rx.span_count >= 21_001, timeout=30)
+    assert (dropped_in_loop, lt.health().dropped_spans, rx.span_count) == (0, 0, 21_001)

@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -176,3 +177,139 @@ def test_interrupt_reports_exactly_what_was_sent(receiver: OtlpReceiver, tmp_pat
     assert 0 < sent < len(run.spans)
     assert out.startswith(f"interrupted: sent {sent} spans in {sent} requests (through ")
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        (
+            ["--timeout", "-1"],
+            {},
+            "--timeout: expected a number of seconds > 0 and <= 3600 (the Python exporters read "
+            "seconds, not milliseconds), got -1.0",
+        ),
+        (["--timeout", "nan"], {}, "--timeout: expected a number of seconds > 0"),
+        (["--endpoint", "http://[::1"], {}, "--endpoint: malformed endpoint 'http://[::1'"),
+        (
+            ["--header", "authorization=Bearer s3cr3t\r\n"],
+            {},
+            "--header: the value of header 'authorization' holds a control character",
+        ),
+        (
+            ["--header", "authorization=Bearer s3cr3té"],
+            {},
+            "--header: the value of header 'authorization' holds a control character",
+        ),
+        (
+            [],
+            {"OTEL_EXPORTER_OTLP_HEADERS": "authorization=Bearer%20s3cr3t%0A"},
+            "OTEL_EXPORTER_OTLP_HEADERS: the value of header 'authorization'",
+        ),
+        (["--header", "novalue"], {}, "--header: cannot parse item 1 of the header list"),
+        ([], {"OTEL_EXPORTER_OTLP_TIMEOUT": "1e300"}, "OTEL_EXPORTER_OTLP_TIMEOUT: expected"),
+        (
+            [],
+            {"OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"},
+            "OTEL_EXPORTER_OTLP_PROTOCOL: unknown protocol 'http/json'",
+        ),
+    ],
+)
+def test_bad_options_are_one_line_errors_as_configure_would_say(
+    case: tuple[list[str], dict[str, str], str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Replay parses with configure()'s parser: the same rejections, naming the option."""
+    options, environ, error = case
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    run = record_run(tmp_path)
+    argv = ["replay", str(run.span_file), *options]
+    if "--endpoint" not in options:
+        argv += ["--endpoint", "http://127.0.0.1:9"]
+    code = main(argv)
+    captured = capsys.readouterr()
+    assert (code, captured.out) == (1, "")
+    (line,) = captured.err.splitlines()
+    assert line.startswith(f"looptrace replay: error: {error}")
+    assert "s3cr3t" not in captured.err
+
+
+def test_replay_accepts_exactly_what_configure_accepts(tmp_path: Path) -> None:
+    """For the same settings, replay and configure() resolve the same traces exporter."""
+    from looptrace._settings import ExportOptions, resolve
+
+    environ = {
+        "OTEL_EXPORTER_OTLP_HEADERS": "a=1,b=x%20y",
+        "OTEL_EXPORTER_OTLP_TIMEOUT": "2.5",
+        "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+    }
+    configured = resolve(
+        ExportOptions(otlp_endpoint="http://c:4317", otlp_headers={"b": "z"}),
+        environ,
+        owns_traces=True,
+        owns_metrics=False,
+    ).traces
+    replayed = _replay.replay_settings("http://c:4317", None, ["b=z"], None, environ)
+    assert replayed == configured
+
+
+class _Answer:
+    """A one-shot TCP server answering every connection with fixed bytes (a broken peer)."""
+
+    def __init__(self, payload: bytes) -> None:
+        self.payload = payload
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen()
+        self.endpoint = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(1 << 20)
+                conn.sendall(self.payload)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@pytest.mark.parametrize(
+    ("payload", "error"),
+    [
+        (
+            b"HTTP/1.1 200 OK\r\nContent-Length: 11\r\nConnection: close\r\n\r\nhello\x00world",
+            "/v1/traces answered HTTP 200 with a body that is not an OTLP response",
+        ),
+        (
+            b"\x00\xffGARBAGE\r\n" + b"line\n" * 50,
+            "/v1/traces unreachable (BadStatusLine: ",
+        ),
+    ],
+)
+def test_a_broken_collector_reply_is_a_one_line_error(
+    payload: bytes,
+    error: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A 200 with a body that is not protobuf, or a garbage status line: one line, exit 1."""
+    monkeypatch.setattr(_replay, "FIRST_DELAY_S", 0.01)
+    run = record_run(tmp_path)
+    server = _Answer(payload)
+    try:
+        code = main(["replay", str(run.span_file), "--endpoint", server.endpoint])
+    finally:
+        server.close()
+    captured = capsys.readouterr()
+    assert code == 1
+    (line,) = captured.err.splitlines()
+    assert line.startswith(f"looptrace replay: error: {server.endpoint}{error}")
+    assert len(line) < 300

@@ -368,3 +368,94 @@ def test_readme_documents_every_variable() -> None:
         if not any(row.startswith(f"| `{name}` | {argument} |") for row in rows):
             missing.append(var.name)
     assert missing == []
+
+
+SECRET = "s3cret-token-value"
+
+
+@pytest.mark.parametrize(
+    ("options", "environ", "message"),
+    [
+        (
+            {"otlp_headers": {"authorization": f"Bearer {SECRET}\n"}},
+            {},
+            "otlp_headers: the value of header 'authorization' holds a control character",
+        ),
+        (
+            {"otlp_headers": f"authorization=Bearer%20{SECRET}%0D%0A"},
+            {},
+            "otlp_headers: the value of header 'authorization' holds a control character",
+        ),
+        (
+            {},
+            {"OTEL_EXPORTER_OTLP_HEADERS": f"authorization=Bearer%20{SECRET}%0D%0A"},
+            "OTEL_EXPORTER_OTLP_HEADERS: the value of header 'authorization'",
+        ),
+        (
+            {"otlp_headers": {"authorization": f"Bearer {SECRET}é"}},
+            {},
+            "otlp_headers: the value of header 'authorization' holds .* non-ASCII",
+        ),
+        (
+            {"otlp_headers": {"x-tok\r\nen": SECRET}},
+            {},
+            r"otlp_headers: header name 'x-tok\\r\\nen' may only hold",
+        ),
+        (
+            {},
+            {"OTEL_EXPORTER_OTLP_TRACES_HEADERS": f"x-key=%FF{SECRET}"},
+            "OTEL_EXPORTER_OTLP_TRACES_HEADERS: the value of header 'x-key'",
+        ),
+    ],
+)
+def test_headers_that_cannot_be_sent_are_config_errors_naming_the_header_not_its_value(
+    options: dict[str, Any], environ: dict[str, str], message: str
+) -> None:
+    """A control character, non-ASCII text or a bad name: ConfigError naming the header only."""
+    with pytest.raises(looptrace.ConfigError, match=message) as error:
+        own({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", **environ}, **options)
+    assert SECRET not in str(error.value)
+    assert len(str(error.value).splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("options", "environ", "message"),
+    [
+        ({"otlp_endpoint": "http://c:1", "otlp_timeout": 1e300}, {}, "otlp_timeout: expected"),
+        ({}, {"OTEL_EXPORTER_OTLP_TIMEOUT": "1e300"}, "OTEL_EXPORTER_OTLP_TIMEOUT: expected"),
+        ({}, {"OTEL_EXPORTER_OTLP_TIMEOUT": "10000"}, "not milliseconds"),
+        ({}, {"OTEL_EXPORTER_OTLP_TIMEOUT": "nan"}, "OTEL_EXPORTER_OTLP_TIMEOUT: expected"),
+        (
+            {},
+            {"OTEL_BSP_SCHEDULE_DELAY": "99999999999999"},
+            "OTEL_BSP_SCHEDULE_DELAY: expected a whole number from 1 to 3600000",
+        ),
+        ({}, {"OTEL_BSP_EXPORT_TIMEOUT": "99999999999999"}, "OTEL_BSP_EXPORT_TIMEOUT: expected"),
+        ({}, {"OTEL_BSP_MAX_QUEUE_SIZE": "10" * 20}, "OTEL_BSP_MAX_QUEUE_SIZE: expected"),
+        ({}, {"OTEL_BSP_MAX_QUEUE_SIZE": "１２"}, "OTEL_BSP_MAX_QUEUE_SIZE: expected"),
+        ({"otlp_endpoint": "http://[::1"}, {}, "otlp_endpoint: malformed endpoint 'http://\\[::1'"),
+        ({}, {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://[::1"}, "OTEL_EXPORTER_OTLP_ENDPOINT: malf"),
+        ({"otlp_endpoint": "http://c\x00:1"}, {}, "otlp_endpoint: malformed endpoint"),
+    ],
+)
+def test_numbers_and_urls_out_of_range_are_config_errors(
+    options: dict[str, Any], environ: dict[str, str], message: str
+) -> None:
+    """Values the exporters would choke on later (overflow, a dead batch thread) fail up front."""
+    with pytest.raises(looptrace.ConfigError, match=message):
+        own({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", **environ}, **options)
+
+
+def test_prometheus_port_plus_local_rank_beyond_65535_is_a_config_error() -> None:
+    """Port 65535 on local rank 3 would be 65538: a ConfigError naming the variable."""
+    with pytest.raises(
+        looptrace.ConfigError,
+        match="OTEL_EXPORTER_PROMETHEUS_PORT: port 65535 plus the local rank 3 is above 65535",
+    ):
+        resolve(
+            ExportOptions(),
+            {"OTEL_METRICS_EXPORTER": "prometheus", "OTEL_EXPORTER_PROMETHEUS_PORT": "65535"},
+            owns_traces=True,
+            owns_metrics=True,
+            local_rank=3,
+        )

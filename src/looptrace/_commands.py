@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -11,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from looptrace._reader import SPANS, InputError, load_windows, open_inputs
+from looptrace._reader import SPANS, InputError, JsonLinesFile, load_windows, open_inputs
 
 Warn = Callable[[str], None]
 Subparsers = Any  # argparse's _SubParsersAction is private
@@ -48,17 +49,12 @@ def add_commands(commands: Subparsers) -> None:
     )
     replay.add_argument(
         "--endpoint",
-        default=os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-        or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"),
         help="collector URL; for http/protobuf, /v1/traces is added when it has no path "
         "(default: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, then OTEL_EXPORTER_OTLP_ENDPOINT)",
     )
     replay.add_argument(
         "--protocol",
         choices=("grpc", "http/protobuf"),
-        default=os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
-        or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
-        or "http/protobuf",
         help="OTLP transport (default: OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf)",
     )
     replay.add_argument(
@@ -66,9 +62,14 @@ def add_commands(commands: Subparsers) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="a request header, repeatable (added to OTEL_EXPORTER_OTLP_HEADERS)",
+        help="a request header, repeatable, its value URL-encoded as in "
+        "OTEL_EXPORTER_OTLP_HEADERS (which it is added to)",
     )
-    replay.add_argument("--timeout", type=float, default=10.0, help="seconds per request (10)")
+    replay.add_argument(
+        "--timeout",
+        type=float,
+        help="seconds per request (default: OTEL_EXPORTER_OTLP_TIMEOUT, else 10)",
+    )
 
     plot = _command(
         commands,
@@ -172,12 +173,24 @@ def _summary_of(args: argparse.Namespace, warn: Warn, spans_only: str = "") -> t
         if not spans:
             raise InputError(f"no spans in {', '.join(args.files)}")
         chosen = select(spans, args.rank, args.since_step)
-        return summarize_spans(chosen), chosen, kind
+        return _with_losses(summarize_spans(chosen), files), chosen, kind
     windows = load_windows(kind, files, warn)
     if not windows:
         raise InputError(f"no readable records in {', '.join(args.files)}")
     kept = select(windows, args.rank, args.since_step)
-    return summarize_windows(kept), kept, kind
+    return _with_losses(summarize_windows(kept), files), kept, kind
+
+
+def _with_losses(summary: Any, files: list[JsonLinesFile]) -> Any:
+    """Add what the writers recorded as lost (a full disk, a stalled writer) to the summary."""
+    lost: dict[str, int] = {}
+    for file in files:
+        for what, count in file.lost.items():
+            lost[what] = lost.get(what, 0) + count
+    if not lost:
+        return summary
+    text = "".join(f", {count} {what} lost" for what, count in sorted(lost.items()))
+    return dataclasses.replace(summary, description=summary.description + text)
 
 
 def run_summary(args: argparse.Namespace) -> int:
@@ -212,37 +225,30 @@ def run_perfetto(args: argparse.Namespace) -> int:
 def run_replay(args: argparse.Namespace) -> int:
     """Send the spans of the input files to a collector; print what was delivered."""
     warn = warner("replay")
-    if not args.endpoint:
+    if not (
+        args.endpoint
+        or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip()
+        or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip()
+    ):
         raise InputError("no --endpoint given and OTEL_EXPORTER_OTLP_ENDPOINT is not set")
-    headers: dict[str, str] = {}
-    for item in args.header:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise InputError(f"--header {item!r} is not KEY=VALUE")
-        headers[key.strip()] = value
-    kind, files = open_inputs(args.files, warn)
-    if kind != SPANS:
-        raise InputError(f"replay needs span files; {files[0].name} is a {kind} file")
     try:
         from looptrace import _replay  # noqa: PLC0415
     except ImportError:
         raise _needs("files", "the OTLP protocol classes") from None
+    settings = _replay.replay_settings(args.endpoint, args.protocol, args.header, args.timeout)
+    kind, files = open_inputs(args.files, warn)
+    if kind != SPANS:
+        raise InputError(f"replay needs span files; {files[0].name} is a {kind} file")
     try:
         with _replay.graceful_interrupt() as stop:
-            sender = _replay.make_sender(
-                args.protocol,
-                args.endpoint,
-                {**_replay.env_headers(), **headers},
-                args.timeout,
-                _replay.Retry(stop=stop),
-            )
+            sender = _replay.make_sender(settings, _replay.Retry(stop=stop))
             try:
                 result = _replay.replay(files, sender, warn, stop)
             finally:
                 sender.close()
     except ImportError:
         raise _needs("otlp", "grpcio for OTLP/gRPC") from None
-    where = f"to {args.endpoint} ({args.protocol})"
+    where = f"to {args.endpoint or settings.endpoint} ({settings.protocol})"
     sent = f"{result.spans} spans in {result.requests} requests"
     rejected = f"; the collector rejected {result.rejected} of them" if result.rejected else ""
     if result.error is not None:

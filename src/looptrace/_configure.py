@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from opentelemetry import metrics, trace
 from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
@@ -20,7 +20,7 @@ from looptrace._device import CudaEventClock, DeviceClock, SyncedClock
 from looptrace._engine import Engine
 from looptrace._errors import ConfigError
 from looptrace._exit import install_exit_flush
-from looptrace._exporters import export_pipeline
+from looptrace._exporters import ExportPipeline, export_pipeline
 from looptrace._files import FLUSH_TIMEOUT_S, FileOutputs, PathLike
 from looptrace._health import Incidents
 from looptrace._ids import StepIdGenerator, StepTraces
@@ -121,21 +121,13 @@ def configure(
 
     """
     sampler = LapSampler.resolve(trace_every, trace_first)
-    if max_paths < 1:
-        raise ConfigError(f"max_paths must be at least 1, got {max_paths!r}")
+    if isinstance(max_paths, bool) or not isinstance(max_paths, int) or not 1 <= max_paths <= 10**6:
+        raise ConfigError(f"max_paths must be at least 1 and at most 1000000, got {max_paths!r}")
     rank = RankInfo.from_env() if rank is None else rank
     name = service_name or os.environ.get("OTEL_SERVICE_NAME") or "looptrace"
     incidents = Incidents()
     outputs = Outputs()
     disabled = os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true"
-    files = FileOutputs(
-        trace_file=trace_file,
-        snapshot_file=snapshot_file,
-        rank=rank,
-        incidents=incidents,
-        tracing=not disabled,
-    )
-
     resource = looptrace_resource(name, rank)
 
     meter_provider = meter_provider or _global_sdk_meter_provider()
@@ -156,16 +148,28 @@ def configure(
     host_clock = clock or MonotonicClock()
     if device_sync:
         host_clock = SyncedClock(host_clock, device_clock or _cuda_clock("device_sync=True"))
-    # Made last among what can fail: it may hold a listening port.
-    pipeline = export_pipeline(
-        options,
-        owns_traces=tracer_provider is None and _global_sdk_tracer_provider() is None,
-        owns_metrics=meter_provider is None,
-        disabled=disabled,
-        resource=resource,
+    # Made last among what can fail, files then exporters (a listening port); a failure
+    # releases what they opened and removes the files they created.
+    files = FileOutputs(
+        trace_file=trace_file,
+        snapshot_file=snapshot_file,
         rank=rank,
         incidents=incidents,
-        outputs=outputs,
+        tracing=not disabled,
+    )
+    pipeline = _undo_files_on_failure(
+        files,
+        tracer_provider,
+        lambda: export_pipeline(
+            options,
+            owns_traces=tracer_provider is None and _global_sdk_tracer_provider() is None,
+            owns_metrics=meter_provider is None,
+            disabled=disabled,
+            resource=resource,
+            rank=rank,
+            incidents=incidents,
+            outputs=outputs,
+        ),
     )
     recorder = (
         HistogramRecorder(meter_provider, rank.span_attributes(), incidents)
@@ -228,6 +232,20 @@ def configure(
     elif files.active:
         install_exit_flush(lt, files.flush, FLUSH_TIMEOUT_S, incidents)
     return lt
+
+
+def _undo_files_on_failure(
+    files: FileOutputs,
+    tracer_provider: trace.TracerProvider | None,
+    make: Callable[[], ExportPipeline | None],
+) -> ExportPipeline | None:
+    """Return `make()`; if it fails, close the files and remove the ones created, and raise."""
+    try:
+        files.check_provider(tracer_provider)
+        return make()
+    except BaseException:
+        files.discard()
+        raise
 
 
 def looptrace_resource(service_name: str, rank: RankInfo) -> Resource:

@@ -6,6 +6,7 @@ a directory, and prints the summary of those files and the commands that show th
 
 from __future__ import annotations
 
+import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,7 +62,7 @@ def run_demo(
 
     The loop has data loading, a forward pass with an encoder and a decoder, backward and an
     optimizer step, an evaluation every 50 steps and a checkpoint every 100. With `directory`,
-    spans and snapshots are written there (replacing the files of an earlier demo).
+    spans and snapshots are written there, into files of fresh names (see `_fresh_files`).
     """
     clock = FakeClock()
     start = clock.monotonic_ns()
@@ -124,13 +125,51 @@ def _configure(
 
     if directory is None:
         return make(), None, None
-    spans, snapshots = directory / SPAN_FILE, directory / SNAPSHOT_FILE
-    spans.unlink(missing_ok=True)
-    snapshots.unlink(missing_ok=True)
+    spans, snapshots = _fresh_files(directory)
     try:
         return make(trace_file=spans, snapshot_file=snapshots), spans, snapshots
     except ConfigError:  # no OTLP encoder (the `files` extra): snapshots only
+        spans.unlink(missing_ok=True)  # created empty by _fresh_files, for this run
         return make(snapshot_file=snapshots), None, snapshots
+
+
+def _fresh_files(directory: Path) -> tuple[Path, Path]:
+    """Create and return an empty span and snapshot file of names no file in `directory` has.
+
+    `spans.jsonl` and `snapshots.jsonl`, else `spans-2.jsonl` and `snapshots-2.jsonl`, and so
+    on: the demo never writes into a file it did not create (a real run's, an earlier demo's).
+    """
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ConfigError(f"--out: cannot create {directory}: {error.strerror}") from None
+    for number in range(1, 10_000):
+        tag = "" if number == 1 else f"-{number}"
+        spans = directory / SPAN_FILE.replace(".jsonl", f"{tag}.jsonl")
+        snapshots = directory / SNAPSHOT_FILE.replace(".jsonl", f"{tag}.jsonl")
+        if spans.exists() or snapshots.exists():
+            continue
+        try:
+            _create(spans)
+        except FileExistsError:
+            continue
+        try:
+            _create(snapshots)
+        except FileExistsError:
+            spans.unlink()
+            continue
+        return spans, snapshots
+    raise ConfigError(f"--out: no free file names left in {directory}")
+
+
+def _create(path: Path) -> None:
+    """Create `path` empty, failing if it exists."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+    except FileExistsError:
+        raise
+    except OSError as error:
+        raise ConfigError(f"--out: cannot create {path}: {error.strerror}") from None
 
 
 def demo_report(result: DemoResult) -> str:

@@ -96,7 +96,7 @@ ENVIRONMENT: tuple[EnvVar, ...] = (
         "OTEL_EXPORTER_OTLP_TIMEOUT",
         "otlp_timeout",
         "time one export may take, retries included, in seconds as the Python exporters read "
-        "it (the specification says milliseconds); also bounds `shutdown()`",
+        "it (the specification says milliseconds), at most 3600; also bounds `shutdown()`",
         "`10`",
         per_signal=True,
     ),
@@ -122,25 +122,26 @@ ENVIRONMENT: tuple[EnvVar, ...] = (
     EnvVar(
         "OTEL_BSP_SCHEDULE_DELAY",
         None,
-        "milliseconds between two span exports",
+        "milliseconds between two span exports (1 to 3600000)",
         "`5000`",
     ),
     EnvVar(
         "OTEL_BSP_EXPORT_TIMEOUT",
         None,
-        "passed to the `BatchSpanProcessor`; each export is bounded by the OTLP timeout",
+        "passed to the `BatchSpanProcessor` (1 to 3600000); each export is bounded by the OTLP "
+        "timeout",
         "`30000`",
     ),
     EnvVar(
         "OTEL_BSP_MAX_QUEUE_SIZE",
         None,
-        "spans waiting for export; more are dropped and counted",
-        "`2048`",
+        "spans waiting for export (about 3 KB each; 1 to 1000000); more are dropped and counted",
+        "`32768`",
     ),
     EnvVar(
         "OTEL_BSP_MAX_EXPORT_BATCH_SIZE",
         None,
-        "spans per export request",
+        "spans per export request (at most the queue size)",
         "`512`",
     ),
 )

@@ -19,6 +19,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
 
+from looptrace import _sdk_logs as sdk_logs
 from looptrace._cumulative import CumulativeHistograms
 from looptrace._errors import ConfigError
 from looptrace._exemplars import ExemplarProcessor
@@ -110,6 +111,12 @@ class ExportPipeline:
         except BaseException:
             self._release()
             raise
+        sdk_logs.fold(
+            value
+            for otlp_settings in (settings.traces, settings.metrics)
+            if otlp_settings is not None
+            for value in otlp_settings.headers.values()
+        )
         if hasattr(os, "register_at_fork"):
             ref = weakref.ref(self)
 
@@ -199,6 +206,8 @@ class ExportPipeline:
             self.pusher.after_fork_in_child()
 
     def _release(self) -> None:
+        if self.processor is not None:
+            self.processor.shutdown()
         if self.pusher is not None:
             self.pusher.close()
         if self.prometheus is not None:

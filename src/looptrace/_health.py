@@ -76,3 +76,12 @@ class Incidents:
             self._seen.add(where)
         if first:
             _log.exception("looptrace: internal error in %s (further ones are counted)", where)
+
+    def write_failed(self, kind: str, message: str) -> None:
+        """Count one failed write of an output; log the first per kind as one warning line."""
+        with self._lock:
+            self.internal_errors += 1
+            first = kind not in self._seen
+            self._seen.add(kind)
+        if first:
+            _log.warning("looptrace: %s (further failures are counted, not logged)", message)

@@ -24,6 +24,9 @@ Signal = Literal["traces", "metrics"]
 Protocol = Literal["grpc", "http/protobuf"]
 
 DEFAULT_TIMEOUT_S = 10.0
+MAX_TIMEOUT_S = 3600.0  # also bounds shutdown(); a larger value is a unit mistake (ms?)
+_BLANK = " \t"  # what may surround an item; a line break inside one is an error
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_.")
 _DEFAULT_ENDPOINT = {"grpc": "http://localhost:4317", "http/protobuf": "http://localhost:4318"}
 
 
@@ -47,20 +50,54 @@ class OtlpSettings:
 
 
 def parse_headers(text: str, source: str) -> dict[str, str]:
-    """Parse `key=value,key2=value2` (values URL-encoded) into lower-case keys and values."""
+    """Parse `key=value,key2=value2` (values URL-encoded) into lower-case keys and values.
+
+    Raises:
+        ConfigError: an item is not `key=value`, or a name or value cannot be sent (see
+            `check_header`); the message names the item or header, never a value.
+
+    """
     headers: dict[str, str] = {}
     for number, item in enumerate(text.split(","), 1):
-        if not item.strip():
+        if not item.strip(_BLANK):
             continue
         key, sep, value = item.partition("=")
-        key = key.strip().lower()
-        if not sep or not key or not all(c.isalnum() or c in "-_." for c in key):
+        key = key.strip(_BLANK).lower()
+        if not sep or not key:
             raise ConfigError(
                 f"{source}: cannot parse item {number} of the header list; expected "
                 "key=value pairs separated by commas (values are not shown)"
             )
-        headers[key] = unquote(value.strip())
+        try:
+            decoded = unquote(value.strip(_BLANK), errors="strict")
+        except UnicodeDecodeError:
+            decoded = "\x80"  # an invalid escape: rejected below like any non-ASCII value
+        headers[key] = check_header(key, decoded, source)
     return headers
+
+
+def check_header(key: str, value: str, source: str) -> str:
+    """Return `value` if header `key: value` can be sent over HTTP and gRPC alike.
+
+    Names are ASCII letters, digits, `-`, `_` and `.` (gRPC's rule, lower-cased); values are
+    printable ASCII without surrounding spaces: a control character (a token read with its
+    trailing newline) would make every export fail, and the exporters would log the value.
+
+    Raises:
+        ConfigError: naming the header and the problem, never showing the value.
+
+    """
+    if not key or not set(key) <= _NAME_CHARS:
+        raise ConfigError(
+            f"{source}: header name {key[:40]!r} may only hold ASCII letters, digits, '-', '_' "
+            "and '.' (values are not shown)"
+        )
+    if any(not " " <= c <= "~" for c in value) or value != value.strip(" "):
+        raise ConfigError(
+            f"{source}: the value of header {key!r} holds a control character (a trailing "
+            "newline?), a non-ASCII character or surrounding spaces; the value is not shown"
+        )
+    return value
 
 
 def _lookup(
@@ -132,7 +169,10 @@ def _endpoint(
         raise ConfigError(f"{source}: expected a URL string, got {type(raw).__name__}")
     text = raw.strip()
     has_scheme = "://" in text
-    parts = urlsplit(text if has_scheme else f"//{text}")
+    try:
+        parts = urlsplit(text if has_scheme else f"//{text}")
+    except ValueError as error:  # an unclosed IPv6 bracket
+        raise ConfigError(f"{source}: malformed endpoint {raw!r}: {error}") from None
     problem = _url_problem(parts, has_scheme, grpc=protocol == "grpc")
     if problem:
         raise ConfigError(f"{source}: malformed endpoint {raw!r}: {problem}")
@@ -148,8 +188,9 @@ def _url_problem(parts: SplitResult, has_scheme: bool, *, grpc: bool) -> str | N
         return f"the scheme must be http or https, not {parts.scheme!r}"
     if not has_scheme and not grpc:
         return "an HTTP endpoint needs a scheme (http:// or https://)"
-    if not parts.hostname or any(c.isspace() for c in parts.netloc):
-        return "no host, or white space in the address"
+    address = parts.netloc + parts.path + parts.query
+    if not parts.hostname or any(not "!" <= c <= "~" for c in address):
+        return "no host, or white space, control or non-ASCII characters in the address"
     try:
         port = parts.port
     except ValueError:
@@ -186,7 +227,8 @@ def _headers(signal: Signal, options: ExportOptions, env: Mapping[str, str]) -> 
         for key, item in explicit.items():
             if not isinstance(key, str) or not key or not isinstance(item, str):
                 raise ConfigError("otlp_headers: keys and values must be non-empty strings")
-            headers[key.strip().lower()] = item
+            name = key.strip().lower()
+            headers[name] = check_header(name, item, "otlp_headers")
     elif explicit is not None:
         raise ConfigError(
             f"otlp_headers: expected a dict or a 'key=value,...' string, got "
@@ -219,8 +261,11 @@ def _timeout(signal: Signal, options: ExportOptions, env: Mapping[str, str]) -> 
         seconds = float(raw)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         seconds = math.nan
-    if isinstance(raw, bool) or not 0 < seconds < math.inf:
-        raise ConfigError(f"{source}: expected a number of seconds > 0, got {raw!r}")
+    if isinstance(raw, bool) or not 0 < seconds <= MAX_TIMEOUT_S:
+        raise ConfigError(
+            f"{source}: expected a number of seconds > 0 and <= {MAX_TIMEOUT_S:g} (the Python "
+            f"exporters read seconds, not milliseconds), got {raw!r}"
+        )
     return seconds
 
 

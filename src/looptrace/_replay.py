@@ -12,19 +12,24 @@ from __future__ import annotations
 import http.client
 import os
 import signal
+import ssl
 import threading
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
+from looptrace._errors import ConfigError
 from looptrace._otlp_json import ExportTraceServiceRequest
-from looptrace._reader import InputError, JsonLinesFile, Warn, reading
+from looptrace._otlp_settings import OtlpSettings, otlp_settings, parse_headers
+from looptrace._reader import JsonLinesFile, Warn, reading
+from looptrace._settings import ExportOptions
 from looptrace._span_records import iter_requests, span_count
 
 GRPC = "grpc"
@@ -74,26 +79,81 @@ class Retry:
         return not self.stop.wait(seconds)
 
 
-def http_url(endpoint: str) -> str:
-    """Return the URL to POST to: the endpoint, with `/v1/traces` when it has no path."""
-    parsed = urllib.parse.urlsplit(endpoint)
-    if parsed.scheme not in ("http", "https") or not parsed.netloc:
-        raise InputError(f"--endpoint {endpoint!r} is not an http:// or https:// URL")
-    if parsed.path in ("", "/"):
-        return parsed._replace(path="/v1/traces").geturl()
-    return endpoint
+def replay_settings(
+    endpoint: str | None,
+    protocol: str | None,
+    headers: Sequence[str],
+    timeout_s: float | None,
+    environ: Mapping[str, str] | None = None,
+) -> OtlpSettings:
+    """Resolve replay's options with the parser of `configure()`: same rules, same errors.
+
+    `--endpoint` works like `otlp_endpoint` (`/v1/traces` is added), except that an HTTP URL
+    with a path is used as given, like `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`. Each `--header`
+    is one `key=value` item of `OTEL_EXPORTER_OTLP_HEADERS` and wins over it.
+
+    Raises:
+        ConfigError: naming the option (`--endpoint`, `--header`, `--timeout`, `--protocol`)
+            or the variable; never showing a header value.
+
+    """
+    env = dict(os.environ if environ is None else environ)
+    names = {
+        "otlp_endpoint": "--endpoint",
+        "otlp_protocol": "--protocol",
+        "otlp_headers": "--header",
+        "otlp_timeout": "--timeout",
+    }
+    if endpoint is not None and _has_path(endpoint):
+        env[_TRACES_ENDPOINT] = endpoint
+        names[_TRACES_ENDPOINT] = "--endpoint"
+        endpoint = None
+    try:
+        extra: dict[str, str] = {}
+        for item in headers:
+            extra.update(parse_headers(item, "--header") if item.strip() else {})
+        options = ExportOptions(
+            otlp_endpoint=endpoint,
+            otlp_protocol=protocol,
+            otlp_headers=extra or None,
+            otlp_timeout=timeout_s,
+        )
+        return otlp_settings("traces", options, env)
+    except ConfigError as error:
+        source, sep, rest = str(error).partition(":")
+        raise ConfigError(f"{names.get(source, source)}{sep}{rest}") from None
+
+
+_TRACES_ENDPOINT = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+
+
+def _has_path(endpoint: str) -> bool:
+    try:
+        parts = urllib.parse.urlsplit(endpoint)
+    except ValueError:
+        return False  # malformed: the settings parser says how
+    return "://" in endpoint and parts.path not in ("", "/")
+
+
+def one_line(text: object, limit: int = 160) -> str:
+    """Return server-supplied text as one printable line of at most `limit` characters."""
+    flat = "".join(c if c.isprintable() else " " for c in str(text)).strip()
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
 class HttpSender:
     """OTLP/HTTP with protobuf bodies (`Content-Type: application/x-protobuf`)."""
 
-    def __init__(
-        self, endpoint: str, headers: Mapping[str, str], timeout_s: float, retry: Retry
-    ) -> None:
-        self.url = http_url(endpoint)
-        self._headers = {"Content-Type": "application/x-protobuf", **headers}
-        self._timeout_s = timeout_s
+    def __init__(self, settings: OtlpSettings, retry: Retry) -> None:
+        self.url = settings.endpoint
+        self._headers = {"Content-Type": "application/x-protobuf", **settings.headers}
+        self._timeout_s = settings.timeout_s
         self._retry = retry
+        self._context: ssl.SSLContext | None = None
+        if self.url.startswith("https://"):
+            self._context = ssl.create_default_context(cafile=settings.certificate)
+            if settings.client_certificate:
+                self._context.load_cert_chain(settings.client_certificate, settings.client_key)
 
     def send(self, request: ExportTraceServiceRequest) -> int:
         """POST the request; retry on connection errors and 429/502/503/504."""
@@ -102,16 +162,16 @@ class HttpSender:
         while True:
             post = urllib.request.Request(self.url, data=body, headers=self._headers)
             try:
-                with urllib.request.urlopen(post, timeout=self._timeout_s) as response:
-                    reply = ExportTraceServiceResponse()
-                    reply.ParseFromString(response.read())
-                    return int(reply.partial_success.rejected_spans)
+                with urllib.request.urlopen(
+                    post, timeout=self._timeout_s, context=self._context
+                ) as response:
+                    return _rejected(self.url, response.status, response.read())
             except urllib.error.HTTPError as error:
-                problem = f"HTTP {error.code} {error.reason}"
+                problem = f"HTTP {error.code} {one_line(error.reason)}"
                 if error.code not in _RETRY_HTTP:
                     raise DeliveryError(f"{self.url} answered {problem}") from None
             except (OSError, http.client.HTTPException) as error:  # URLError is an OSError
-                problem = f"{type(error).__name__}: {getattr(error, 'reason', error)}"
+                problem = one_line(f"{type(error).__name__}: {getattr(error, 'reason', error)}")
             delay = next(delays, None)
             if delay is None or not self._retry.wait(delay):
                 raise DeliveryError(f"{self.url} unreachable ({problem})")
@@ -120,30 +180,42 @@ class HttpSender:
         """Nothing to release: every request has its own connection."""
 
 
-class GrpcSender:
-    """OTLP/gRPC to `TraceService/Export`; `https://` endpoints use TLS, others do not."""
+def _rejected(url: str, status: int, body: bytes) -> int:
+    """Return the spans a success reply says were rejected; a garbled reply is an error."""
+    reply = ExportTraceServiceResponse()
+    try:
+        reply.ParseFromString(body)
+    except DecodeError:
+        raise DeliveryError(
+            f"{url} answered HTTP {status} with a body that is not an OTLP response "
+            "(is the endpoint an OTLP receiver?)"
+        ) from None
+    return max(0, int(reply.partial_success.rejected_spans))
 
-    def __init__(
-        self, endpoint: str, headers: Mapping[str, str], timeout_s: float, retry: Retry
-    ) -> None:
+
+class GrpcSender:
+    """OTLP/gRPC to `TraceService/Export`, plaintext or TLS as `configure()` would connect."""
+
+    def __init__(self, settings: OtlpSettings, retry: Retry) -> None:
         import grpc  # noqa: PLC0415 - part of the `otlp` extra
         from opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc import (  # noqa: PLC0415
             TraceServiceStub,
         )
 
-        parsed = urllib.parse.urlsplit(endpoint if "://" in endpoint else f"//{endpoint}")
-        if not parsed.netloc:
-            raise InputError(f"--endpoint {endpoint!r} names no host:port")
-        self.url = endpoint
+        self.url = settings.endpoint
         self._grpc = grpc
-        self._channel = (
-            grpc.secure_channel(parsed.netloc, grpc.ssl_channel_credentials())
-            if parsed.scheme == "https"
-            else grpc.insecure_channel(parsed.netloc)
-        )
+        if settings.insecure:
+            self._channel = grpc.insecure_channel(settings.endpoint)
+        else:
+            credentials = grpc.ssl_channel_credentials(
+                root_certificates=_read(settings.certificate),
+                private_key=_read(settings.client_key),
+                certificate_chain=_read(settings.client_certificate),
+            )
+            self._channel = grpc.secure_channel(settings.endpoint, credentials)
         self._export = TraceServiceStub(self._channel).Export  # type: ignore[no-untyped-call]
-        self._metadata = tuple((key.lower(), value) for key, value in headers.items())
-        self._timeout_s = timeout_s
+        self._metadata = tuple(settings.headers.items())
+        self._timeout_s = settings.timeout_s
         self._retry = retry
         code = grpc.StatusCode
         self._transient = {
@@ -161,11 +233,11 @@ class GrpcSender:
                 reply = self._export(request, metadata=self._metadata, timeout=self._timeout_s)
             except self._grpc.RpcError as error:
                 status = error.code()
-                problem = f"{status.name}: {error.details()}"
+                problem = one_line(f"{status.name}: {error.details()}")
                 if status not in self._transient:
                     raise DeliveryError(f"{self.url} answered {problem}") from None
             else:
-                return int(reply.partial_success.rejected_spans)
+                return max(0, int(reply.partial_success.rejected_spans))
             delay = next(delays, None)
             if delay is None or not self._retry.wait(delay):
                 raise DeliveryError(f"{self.url} unreachable ({problem})")
@@ -173,6 +245,13 @@ class GrpcSender:
     def close(self) -> None:
         """Close the channel."""
         self._channel.close()
+
+
+def _read(path: str | None) -> bytes | None:
+    if path is None:
+        return None
+    with open(path, "rb") as file:
+        return file.read()
 
 
 @dataclass
@@ -235,23 +314,8 @@ def graceful_interrupt() -> Iterator[threading.Event]:
         signal.signal(signal.SIGINT, previous)
 
 
-def env_headers(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Return the headers of `OTEL_EXPORTER_OTLP_HEADERS` and `..._TRACES_HEADERS`."""
-    env = os.environ if environ is None else environ
-    headers: dict[str, str] = {}
-    for name in ("OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS"):
-        for item in env.get(name, "").split(","):
-            key, sep, value = item.partition("=")
-            if sep and key.strip():
-                headers[urllib.parse.unquote(key.strip())] = urllib.parse.unquote(value.strip())
-    return headers
-
-
-def make_sender(
-    protocol: str, endpoint: str, headers: Mapping[str, str], timeout_s: float, retry: Retry
-) -> Sender:
-    """Return the sender of `protocol`."""
-    factory: Callable[[str, Mapping[str, str], float, Retry], Sender] = (
-        GrpcSender if protocol == GRPC else HttpSender
-    )
-    return factory(endpoint, headers, timeout_s, retry)
+def make_sender(settings: OtlpSettings, retry: Retry) -> Sender:
+    """Return the sender of the settings' protocol."""
+    if settings.protocol == "grpc":
+        return GrpcSender(settings, retry)
+    return HttpSender(settings, retry)

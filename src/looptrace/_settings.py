@@ -54,7 +54,9 @@ class BatchSettings:
 
     schedule_delay_ms: int = 5000
     export_timeout_ms: int = 30000
-    max_queue_size: int = 2048
+    # Room for ~1500 fully traced steps of 20 sections while the collector lags (about 3 KB
+    # per queued span): the SDK's 2048 dropped 42 % of such a loop.
+    max_queue_size: int = 32768
     max_export_batch_size: int = 512
 
 
@@ -173,11 +175,29 @@ def _prometheus(
         raise ConfigError(
             f"prometheus: expected 'host:port', a port or a bool, got {type(explicit).__name__}"
         )
-    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535 or not host:
-        shown = explicit if source == "prometheus" else port_text
+    shown = explicit if source == "prometheus" else port_text
+    if not port_text.isascii() or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
         raise ConfigError(f"{source}: expected host:port with a port 0-65535, got {shown!r}")
+    if not host or not host.isascii() or not host.isprintable() or " " in host:
+        raise ConfigError(f"{source}: expected host:port with a host name or address, got {host!r}")
     port = int(port_text)
+    if port and port + local_rank > 65535:
+        raise ConfigError(
+            f"{source}: port {port} plus the local rank {local_rank} is above 65535; "
+            "choose a lower port"
+        )
     return PrometheusSettings(host=host, port=port + local_rank if port else 0, source=source)
+
+
+# Bounds of the `OTEL_BSP_*` values: beyond them the SDK's batch thread dies (a wait longer
+# than the platform's timeout) or a queue could hold more spans than memory.
+_HOUR_MS = 3_600_000
+BATCH_LIMITS = {
+    "OTEL_BSP_SCHEDULE_DELAY": _HOUR_MS,
+    "OTEL_BSP_EXPORT_TIMEOUT": _HOUR_MS,
+    "OTEL_BSP_MAX_QUEUE_SIZE": 1_000_000,
+    "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": 1_000_000,
+}
 
 
 def _batch(env: Mapping[str, str]) -> BatchSettings:
@@ -193,8 +213,11 @@ def _batch(env: Mapping[str, str]) -> BatchSettings:
         if not text:
             values[attr] = getattr(defaults, attr)
             continue
-        if not text.isdigit() or int(text) < 1:
-            raise ConfigError(f"{variable}: expected a whole number >= 1, got {text!r}")
+        limit = BATCH_LIMITS[variable]
+        if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= limit:
+            raise ConfigError(
+                f"{variable}: expected a whole number from 1 to {limit}, got {text[:40]!r}"
+            )
         values[attr] = int(text)
     if values["max_export_batch_size"] > values["max_queue_size"]:
         raise ConfigError(

@@ -45,12 +45,17 @@ class SpanRecord:
 def iter_requests(
     files: Sequence[JsonLinesFile], warn: Warn, bar: Progress
 ) -> Iterator[tuple[JsonLinesFile, int, ExportTraceServiceRequest]]:
-    """Yield `(file, line number, request)` for every readable span line."""
+    """Yield `(file, line number, request)` for every readable span line.
+
+    `warn` is kept for callers that pass it; a line that is not an OTLP/JSON request is
+    reported by its file (a few lines by number, then a count).
+    """
+    del warn
     for file, number, record in read_all(files, bar):
         try:
             request = from_json(record)
-        except ValueError as error:
-            warn(f"{file.name}: line {number} is not a valid OTLP/JSON request ({error}); skipped")
+        except (ValueError, TypeError, RecursionError) as error:
+            file.reject(number, f"is not a valid OTLP/JSON request ({error})")
             continue
         yield file, number, request
 
@@ -62,12 +67,14 @@ def span_count(request: ExportTraceServiceRequest) -> int:
 
 def load_spans(files: Sequence[JsonLinesFile], warn: Warn) -> list[SpanRecord]:
     """Return every span of the span files, in file order."""
+    spans: list[SpanRecord] = []
     with reading(files) as bar:
-        return [
-            span
-            for _, _, request in iter_requests(files, warn, bar)
-            for span in records_of(request)
-        ]
+        for file, number, request in iter_requests(files, warn, bar):
+            try:
+                spans.extend(list(records_of(request)))
+            except (ValueError, TypeError, RecursionError) as error:
+                file.reject(number, f"holds a malformed span ({error})")
+    return spans
 
 
 def records_of(request: ExportTraceServiceRequest) -> Iterator[SpanRecord]:
@@ -87,7 +94,7 @@ def records_of(request: ExportTraceServiceRequest) -> Iterator[SpanRecord]:
                     span_id=span.span_id.hex(),
                     parent_id=span.parent_span_id.hex(),
                     name=span.name,
-                    path=str(attributes.get("looptrace.path", span.name)),
+                    path=_path(attributes.get("looptrace.path"), span.name),
                     start_ns=span.start_time_unix_nano,
                     end_ns=span.end_time_unix_nano,
                     rank=rank if isinstance(rank, int) else 0,
@@ -98,6 +105,16 @@ def records_of(request: ExportTraceServiceRequest) -> Iterator[SpanRecord]:
                     error=span.status.code == Status.STATUS_CODE_ERROR,
                     attributes=attributes,
                 )
+
+
+UNNAMED = "(unnamed)"
+
+
+def _path(attribute: object, name: str) -> str:
+    """Return the span's section path: `looptrace.path`, else its name; never empty."""
+    if isinstance(attribute, str) and attribute.strip("."):
+        return attribute
+    return name if name.strip(".") else UNNAMED
 
 
 def attributes_of(pairs: Sequence[KeyValue]) -> dict[str, Any]:

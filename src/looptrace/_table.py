@@ -26,18 +26,32 @@ def tree_paths(stats: Mapping[str, SectionStats]) -> list[tuple[str, str, int]]:
 
     Siblings come largest total first; `parent` is the nearest listed ancestor ("" if none).
     """
-    children: dict[str, list[str]] = {}
+    children: dict[str | None, list[str]] = {}
     for path in stats:
-        children.setdefault(_nearest_parent(stats, path), []).append(path)
+        parent = _nearest_parent(stats, path) if path else ""
+        children.setdefault(parent or None, []).append(path)
     order: list[tuple[str, str, int]] = []
-
-    def visit(parent: str, depth: int) -> None:
-        for path in sorted(children.get(parent, ()), key=lambda p: (-stats[p].total, p)):
-            order.append((path, parent, depth))
-            visit(path, depth + 1)
-
-    visit("", 0)
+    stack: list[tuple[str | None, int, list[str]]] = [(None, 0, _by_total(stats, children, None))]
+    while stack:  # depth first, without recursion: a file may nest paths arbitrarily deep
+        node, depth, pending = stack[-1]
+        if not pending:
+            stack.pop()
+            continue
+        path = pending.pop(0)
+        order.append((path, node or "", depth))
+        if path:
+            stack.append((path, depth + 1, _by_total(stats, children, path)))
     return order
+
+
+def _by_total(
+    stats: Mapping[str, SectionStats], children: Mapping[str | None, list[str]], parent: str | None
+) -> list[str]:
+    return sorted(children.get(parent, ()), key=lambda p: (-_order_key(stats[p].total), p))
+
+
+def _order_key(total: float) -> float:
+    return -math.inf if math.isnan(total) else total
 
 
 def tree_rows(stats: Mapping[str, SectionStats]) -> list[tuple[str, ...]]:
