@@ -62,14 +62,14 @@ DOWN_PROGRAM = """
     )
     train = lt.timer("train")
     sections = 0
-    for step in range(15_000 + 33_334):
+    for step in range(30_000 + 33_334):
         train.record("data"); clock.advance(0.001)
         train.record("forward"); clock.advance(0.002)
         train.record()
         sections += 3
         if step % 500 == 499:
             lt.reset()
-        if step == 15_000 - 1:  # 45,000 sections in: queues full, allocator warm
+        if step == 30_000 - 1:  # 120,000 spans in: the 32,768-span queue full, allocator warm
             warm, sections = peak_rss_mb(), 0
     train.stop()
     end = peak_rss_mb()
@@ -96,7 +96,7 @@ def test_collector_down_for_the_whole_run(protocol: str) -> None:
     print(f"collector down ({protocol}): {figures}")
     assert figures["sections_after_warmup"] == 100_002
     assert figures["growth_mb"] <= 20
-    assert figures["dropped"] == 3 * 48_334 + 1  # every span, plus the last lap of train
+    assert figures["dropped"] == 3 * 63_334 + 1  # every span, plus the last lap of train
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
