@@ -13,7 +13,6 @@ from opentelemetry.sdk.resources import HOST_NAME, SERVICE_INSTANCE_ID, SERVICE_
 from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
 
-from looptrace import __version__
 from looptrace._aggregator import Aggregator
 from looptrace._app_metrics import ReaderHooks
 from looptrace._clock import Clock, MonotonicClock
@@ -31,6 +30,7 @@ from looptrace._processor import SCOPE, AggregatingSpanProcessor
 from looptrace._ranks import RankInfo
 from looptrace._sampling import LapSampler
 from looptrace._settings import ExportOptions
+from looptrace._version import version
 
 
 def configure(
@@ -199,7 +199,7 @@ def configure(
             # training thread on the exporters.
             outputs.on_shutdown.append(provider.force_flush)
         outputs.on_shutdown.append(processor.shutdown)
-        tracer = provider.get_tracer(SCOPE, __version__)
+        tracer = provider.get_tracer(SCOPE, version())
         step_traces = _step_traces(provider, rank, run_id)
 
     engine = Engine(

@@ -33,7 +33,6 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-from looptrace import __version__
 from looptrace._buckets import BOUNDARIES_S
 from looptrace._exemplars import ExemplarProcessor, TraceExemplar
 from looptrace._metrics import (
@@ -50,6 +49,7 @@ from looptrace._metrics import (
     section_attributes,
 )
 from looptrace._snapshot import SectionStats, Snapshot
+from looptrace._version import version
 
 CUMULATIVE = AggregationTemporality.CUMULATIVE
 DELTA = AggregationTemporality.DELTA
@@ -221,7 +221,7 @@ class CumulativeHistograms:
         if totals.start_ns is None:
             return None
         return ScopeMetrics(
-            scope=InstrumentationScope("looptrace", __version__),
+            scope=InstrumentationScope("looptrace", version()),
             metrics=self._metrics(totals, totals.start_ns, dropped, temporality),
             schema_url="",
         )
