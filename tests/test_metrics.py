@@ -22,7 +22,7 @@ import looptrace
 from looptrace._buckets import BOUNDARIES_S
 from looptrace.testing import Capture, FakeClock
 
-from .otlp_server import OtlpReceiver
+from .otlp_server import OtlpReceiver, wait_until
 
 DURATION = "looptrace.section.duration"
 METRICS = {DURATION, "looptrace.section.window.duration", "looptrace.spans.dropped"}
@@ -223,3 +223,35 @@ def test_application_exporter_delivers_the_snapshot(protocol: str) -> None:
         path: {"buckets": s.buckets, "count": s.count, "sum": round(s.total, 9)}
         for path, s in snap.items()
     }
+
+
+@pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
+def test_failed_metric_pushes_reach_health(protocol: str) -> None:
+    """A refused OTLP metrics push is counted in health(); the next push carries every count."""
+    with OtlpReceiver(protocol) as rx:
+        rx.metric_failures = 2
+        clock = FakeClock()
+        lt = looptrace.configure(
+            clock=clock,
+            tracer_provider=TracerProvider(),
+            otlp_endpoint=rx.endpoint,
+            otlp_protocol=protocol,
+            metrics_exporter="otlp",
+            otlp_timeout=10,
+        )
+        train = lt.timer("train")
+        for failed in (1, 2):
+            train.record("data")
+            clock.advance(0.1)
+            train.stop()
+            lt.reset()
+            assert wait_until(lambda: lt.health().failed_metric_pushes == failed, 10)  # noqa: B023
+        train.record("data")
+        clock.advance(0.1)
+        train.stop()
+        lt.reset()
+        assert rx.wait_for_metrics(lambda m: DURATION in m)
+        health = lt.health()
+        lt.shutdown()
+    assert rx.latest_metrics()[DURATION]["root.train.data"]["count"] == 3
+    assert health == looptrace.Health(failed_metric_pushes=2)

@@ -11,9 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from looptrace._reader import SPANS, InputError, load_windows, open_inputs
+from looptrace._reader import SPANS, InputError, Warn, load_windows, open_inputs
 
-Warn = Callable[[str], None]
 Subparsers = Any  # argparse's _SubParsersAction is private
 
 
