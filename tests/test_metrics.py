@@ -255,3 +255,14 @@ def test_failed_metric_pushes_reach_health(protocol: str) -> None:
         lt.shutdown()
     assert rx.latest_metrics()[DURATION]["root.train.data"]["count"] == 3
     assert health == looptrace.Health(failed_metric_pushes=2)
+
+
+def test_sdk_without_the_reader_hook_is_a_config_error() -> None:
+    """An SDK whose MeterProvider keeps its readers elsewhere fails loudly, not silently."""
+    provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
+    readers = provider._metric_readers
+    del provider._metric_readers  # as an SDK that renamed it would
+    with pytest.raises(looptrace.ConfigError, match=r"opentelemetry-sdk has no MeterProvider"):
+        looptrace.configure(tracer_provider=TracerProvider(), meter_provider=provider)
+    provider._metric_readers = readers
+    provider.shutdown()

@@ -63,8 +63,9 @@ class ReaderHooks:
                 f"an opentelemetry-sdk MeterProvider; got {type(provider).__qualname__}"
             )
         self._provider = provider
-        readers = getattr(provider, "_metric_readers", None)
         self._config = getattr(provider, "_sdk_config", None)
+        readers = getattr(provider, "_metric_readers", None)  # before 1.43: in _sdk_config
+        readers = getattr(self._config, "metric_readers", None) if readers is None else readers
         if readers is None or not isinstance(getattr(self._config, "resource", None), Resource):
             raise _missing("MeterProvider._metric_readers / _sdk_config.resource")
         for reader in readers:
