@@ -345,7 +345,8 @@ class OtlpReceiver:
             context.load_cert_chain(self.tls.cert, self.tls.key)
             server.socket = context.wrap_socket(server.socket, server_side=True)
         self.port = server.server_address[1]
-        threading.Thread(target=server.serve_forever, daemon=True).start()
+        # stop() waits for the serving loop's next poll: make it short, not the 0.5 s default
+        threading.Thread(target=server.serve_forever, args=(0.01,), daemon=True).start()
         self._http = server
 
 
