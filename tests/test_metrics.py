@@ -20,6 +20,7 @@ from opentelemetry.sdk.trace import TracerProvider
 
 import looptrace
 from looptrace._buckets import BOUNDARIES_S
+from looptrace._cumulative import CumulativeHistograms
 from looptrace.testing import Capture, FakeClock
 
 from .otlp_server import OtlpReceiver, wait_until
@@ -266,3 +267,26 @@ def test_sdk_without_the_reader_hook_is_a_config_error() -> None:
         looptrace.configure(tracer_provider=TracerProvider(), meter_provider=provider)
     provider._metric_readers = readers
     provider.shutdown()
+
+
+def test_a_failing_render_leaves_the_applications_metrics_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """If looptrace's part of a collection fails, the reader still gets the app's metrics."""
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    provider.get_meter("app").create_counter("app.samples").add(5)
+    clock = FakeClock()
+    lt = looptrace.configure(tracer_provider=TracerProvider(), meter_provider=provider, clock=clock)
+
+    def broken(*_args: object) -> None:
+        raise RuntimeError("injected")
+
+    monkeypatch.setattr(CumulativeHistograms, "scope_metrics", broken)
+    _window(lt, clock, seed=5)
+    data = reader.get_metrics_data()
+    health = lt.health()
+    lt.shutdown()
+    assert data is not None
+    assert [s.scope.name for s in data.resource_metrics[0].scope_metrics] == ["app"]
+    assert health.internal_errors >= 1
