@@ -9,9 +9,9 @@ the `looptrace` scope, in the temporality the reader prefers. They are the numbe
 push and the Prometheus endpoint serve, rendered by the same code.
 
 This reaches into the SDK (a reader's collect callback and temporality table, the provider's
-readers and resource); `attach()` checks each and raises `ConfigError` when the installed SDK
-lacks one, rather than losing the metrics silently. Readers added to the provider after
-`configure()` are not extended.
+readers and resource); `ReaderHooks` checks each at `configure()` and raises `ConfigError`
+when the installed SDK lacks one, rather than losing the metrics silently. Readers added to
+the provider after `configure()` are not extended.
 """
 
 from __future__ import annotations
