@@ -27,11 +27,19 @@ from pathlib import Path
 from typing import Any
 
 from opentelemetry import trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import (
+    MetricExporter,
+    MetricExportResult,
+    MetricsData,
+    PeriodicExportingMetricReader,
+)
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 import looptrace
 from looptrace._aggregator import Aggregator
+from looptrace._buckets import BOUNDARIES_S
 from looptrace._health import Incidents
 
 # The OTLP receivers of the test suite, importable when run as `python benchmarks/bench.py`.
@@ -169,9 +177,65 @@ def raw_sdk_case(kind: str, sinks: Sinks) -> Case:
     )
 
 
-def looptrace_case(form: str, kind: str, sinks: Sinks, **kw: Any) -> Case:
+class DiscardMetricExporter(MetricExporter):
+    """Accepts every collection and drops it: an application's metric pipeline, no network."""
+
+    def __init__(self) -> None:
+        super().__init__()
+
+    def export(
+        self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any
+    ) -> MetricExportResult:
+        return MetricExportResult.SUCCESS
+
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        return True
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+        pass
+
+
+def _meter_provider() -> MeterProvider:
+    """An application's MeterProvider: a periodic reader (hourly) and an exporter that drops."""
+    reader = PeriodicExportingMetricReader(
+        DiscardMetricExporter(), export_interval_millis=3_600_000
+    )
+    return MeterProvider(metric_readers=[reader], shutdown_on_exit=False)
+
+
+def _per_value_recorder(provider: MeterProvider) -> Callable[[looptrace.Snapshot], None]:
+    """The former path to an application's MeterProvider: `Histogram.record` per duration.
+
+    Replayed at reset() from the window (one call per counted section, as it used to be).
+    """
+    histogram = provider.get_meter("looptrace").create_histogram(
+        "looptrace.section.duration", unit="s", explicit_bucket_boundaries_advisory=BOUNDARIES_S
+    )
+    base = {"looptrace.rank": 0, "looptrace.world_size": 1}
+
+    def record(snapshot: looptrace.Snapshot) -> None:
+        for path, stats in snapshot.items():
+            attributes = {"looptrace.path": path, "span.name": path.rsplit(".", 1)[-1], **base}
+            for _ in range(stats.count):
+                histogram.record(stats.mean, attributes)
+        provider.force_flush()
+
+    return record
+
+
+def looptrace_case(form: str, kind: str, sinks: Sinks, meter: str | None = None, **kw: Any) -> Case:
+    """A looptrace case; `meter` "reader" hands an application MeterProvider to configure(),
+    "per-value" records every duration through its Histogram as looptrace used to."""
     provider = _provider(kind, sinks)
-    lt = looptrace.configure(tracer_provider=provider, rank=looptrace.RankInfo(), **kw)
+    meter_provider = _meter_provider() if meter else None
+    lt = looptrace.configure(
+        tracer_provider=provider,
+        rank=looptrace.RankInfo(),
+        meter_provider=meter_provider if meter == "reader" else None,
+        **kw,
+    )
+    if meter == "per-value" and meter_provider is not None:
+        lt._outputs.on_reset.append(_per_value_recorder(meter_provider))
     train = lt.timer("train")
     sections = {name: train.section(name) for name in NAMES}
     counter = [0]
@@ -198,11 +262,16 @@ def looptrace_case(form: str, kind: str, sinks: Sinks, **kw: Any) -> Case:
 
     label = "aggregate only" if kw.get("trace_every") == 0 else "traced"
     label = label if kind == "none" else f"{label}, {kind}"
+    label = label if meter is None else f"{label}, app meter {meter}"
     return Case(
         f"looptrace {form}(), {label}",
         run_record if form == "record" else run_section,
         flush=provider.force_flush,
-        close=lambda: (lt.shutdown(), provider.shutdown()),
+        close=lambda: (
+            lt.shutdown(),
+            provider.shutdown(),
+            meter_provider.shutdown() if meter_provider is not None else None,
+        ),
     )
 
 
@@ -252,6 +321,35 @@ def realistic_step_cost(steps: int) -> dict[str, float]:
         "cpu_ns_per_step": cpu,
         "overhead_pct_of_10ms_step": 100 * max(wall, cpu) / step_ns,
     }
+
+
+def metrics_reset_cost(rounds: int, sinks: Sinks) -> dict[str, float]:
+    """Per recorded section, a reset window's whole cost (100 steps and their reset()), x floor.
+
+    Aggregate only, with an application MeterProvider (its reader collects looptrace's
+    aggregates at reset()), and the former path (`Histogram.record` per duration), interleaved.
+    """
+    cases = {
+        "floor": floor_case(),
+        "aggregate only": looptrace_case("record", "none", sinks, trace_every=0),
+        "app MeterProvider": looptrace_case("record", "none", sinks, "reader", trace_every=0),
+        "former per-value": looptrace_case("record", "none", sinks, "per-value", trace_every=0),
+    }
+    samples: dict[str, list[float]] = {name: [] for name in cases}
+    rng = random.Random(1)
+    for case in cases.values():  # warm-up: one window each
+        case.run(RESET_EVERY)
+    for _ in range(rounds):
+        for name in rng.sample(list(cases), len(cases)):
+            t0 = time.perf_counter_ns()
+            cases[name].run(RESET_EVERY)  # ends with exactly one reset() for looptrace
+            samples[name].append((time.perf_counter_ns() - t0) / (RESET_EVERY * PER_STEP))
+    for case in cases.values():
+        case.close()
+    medians = {name: statistics.median(values) for name, values in samples.items()}
+    result = {f"{name} ns/section": value for name, value in medians.items()}
+    result.update({f"{name} x floor": value / medians["floor"] for name, value in medians.items()})
+    return result
 
 
 def iterate_cost(items: int, rounds: int) -> dict[str, float]:
@@ -404,6 +502,10 @@ def targets_of(rows: list[dict[str, Any]], extra: dict[str, Any]) -> dict[str, f
         "P5 stalled / no-exporter traced cost (<= 1.5)": ratio(
             "looptrace record(), traced, stalled", "looptrace record(), traced, discard"
         ),
+        "M1 app MeterProvider x aggregate only, reset share included": extra["metrics_reset"][
+            "app MeterProvider x floor"
+        ]
+        / extra["metrics_reset"]["aggregate only x floor"],
     }
     return targets
 
@@ -445,6 +547,13 @@ def print_report(
         f"iterate(): {it['iterate_ns_per_item']:.0f} ns/item, by hand (record() + "
         f"record('data')): {it['by_hand_ns_per_item']:.0f} ns/item, bare loop "
         f"{it['bare_ns_per_item']:.0f} ns/item; iterate x by hand {it['iterate_x_by_hand']:.2f}"
+    )
+    reset = extra["metrics_reset"]
+    print(
+        "per section with its share of reset(), x floor: "
+        + ", ".join(
+            f"{k[: -len(' x floor')]} {v:.2f}" for k, v in reset.items() if k.endswith("x floor")
+        )
     )
     print("\ntargets:")
     for name, value in targets.items():
@@ -522,6 +631,7 @@ def main(argv: list[str] | None = None) -> int:
         "sketch": sketch_error(100_000 if args.quick else 1_000_000),
         "export": export_throughput(50 if args.quick else 500, sinks),
         "iterate": iterate_cost(1_000 if args.quick else 20_000, 5 if args.quick else 15),
+        "metrics_reset": metrics_reset_cost(3 if args.quick else 30, sinks),
     }
     receiver.stop()
     stalled.close()

@@ -131,6 +131,8 @@ class OtlpReceiver:
         self.headers: list[dict[str, str]] = []
         self.rejected = 0
         self.failures = 0  # answer this many more trace requests with UNAVAILABLE / HTTP 503
+        # answer this many more metric requests with INVALID_ARGUMENT / HTTP 400 (not retried)
+        self.metric_failures = 0
         self.delay_s = 0.0  # wait this long before answering each trace request
         self.arrived = threading.Event()  # set when a trace request arrives
         self._lock = threading.Lock()
@@ -210,6 +212,14 @@ class OtlpReceiver:
                 return True
         return False
 
+    def _metric_failure(self) -> bool:
+        """Return whether to refuse this metrics request (counting down `metric_failures`)."""
+        with self._lock:
+            if self.metric_failures > 0:
+                self.metric_failures -= 1
+                return True
+        return False
+
     def _add_traces(self, request: trace_service_pb2.ExportTraceServiceRequest) -> None:
         count = sum(len(scope.spans) for rs in request.resource_spans for scope in rs.scope_spans)
         if not self.keep_spans:
@@ -262,6 +272,8 @@ class OtlpReceiver:
             def Export(self, request: Any, context: Any) -> Any:  # noqa: N802 - gRPC's name
                 if not receiver._accept(dict(context.invocation_metadata())):
                     context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong token")
+                if receiver._metric_failure():
+                    context.abort(grpc.StatusCode.INVALID_ARGUMENT, "injected failure")
                 receiver._add_metrics(request)
                 return metrics_service_pb2.ExportMetricsServiceResponse()
 
@@ -306,6 +318,9 @@ class OtlpReceiver:
                     receiver._add_traces(request)
                     reply = trace_service_pb2.ExportTraceServiceResponse()
                 elif self.path == "/v1/metrics":
+                    if receiver._metric_failure():
+                        self._answer(400, b"")
+                        return
                     metrics = metrics_service_pb2.ExportMetricsServiceRequest.FromString(body)
                     receiver._add_metrics(metrics)
                     reply = metrics_service_pb2.ExportMetricsServiceResponse()
@@ -330,7 +345,8 @@ class OtlpReceiver:
             context.load_cert_chain(self.tls.cert, self.tls.key)
             server.socket = context.wrap_socket(server.socket, server_side=True)
         self.port = server.server_address[1]
-        threading.Thread(target=server.serve_forever, daemon=True).start()
+        # stop() waits for the serving loop's next poll: make it short, not the 0.5 s default
+        threading.Thread(target=server.serve_forever, args=(0.01,), daemon=True).start()
         self._http = server
 
 

@@ -204,7 +204,7 @@ def test_grpc_over_tls_with_a_self_signed_certificate(tls: Tls, tls_receiver: Ot
 def test_plaintext_to_a_tls_receiver_fails_cleanly(
     tls_receiver: OtlpReceiver, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Plaintext gRPC to a TLS-only receiver: nothing raises, the lost spans are counted."""
+    """Plaintext gRPC to a TLS-only receiver: nothing raises, lost spans and pushes counted."""
     clock = FakeClock()
     lt = looptrace.configure(
         tracer_provider=TracerProvider(),
@@ -216,10 +216,14 @@ def test_plaintext_to_a_tls_receiver_fails_cleanly(
     )
     spans = laps(lt, clock, 5)
     lt.shutdown()
-    assert (tls_receiver.spans, lt.health().dropped_spans) == ([], spans)
-    assert [r.getMessage() for r in caplog.records if r.name == "looptrace"] == [
+    health = lt.health()
+    assert (tls_receiver.spans, health.dropped_spans) == ([], spans)
+    assert health.failed_metric_pushes >= 1
+    assert sorted(r.getMessage() for r in caplog.records if r.name == "looptrace") == [
         f"looptrace: {spans} span(s) could not be exported; training goes on and further "
-        "losses are counted in lt.health().dropped_spans, not logged"
+        "losses are counted in lt.health().dropped_spans, not logged",
+        "looptrace: a metrics push could not be delivered; the next push carries the totals "
+        "again, and further failures are counted in lt.health().failed_metric_pushes, not logged",
     ]
 
 

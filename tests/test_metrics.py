@@ -1,22 +1,48 @@
-"""The duration histogram handed to a MeterProvider at reset() equals the snapshot."""
+"""looptrace's metrics reach an application's MeterProvider pre-aggregated, as the snapshot."""
 
 from __future__ import annotations
 
 import random
 from typing import Any
 
-from opentelemetry.sdk.metrics.export import HistogramDataPoint
+import pytest
+from opentelemetry.metrics import NoOpMeterProvider
+from opentelemetry.sdk.metrics import Histogram, MeterProvider
+from opentelemetry.sdk.metrics.export import (
+    AggregationTemporality,
+    HistogramDataPoint,
+    InMemoryMetricReader,
+    MetricsData,
+    PeriodicExportingMetricReader,
+)
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
 
+import looptrace
 from looptrace._buckets import BOUNDARIES_S
-from looptrace.testing import Capture
+from looptrace._cumulative import CumulativeHistograms
+from looptrace.testing import Capture, FakeClock
+
+from .otlp_server import OtlpReceiver, wait_until
+
+DURATION = "looptrace.section.duration"
+METRICS = {DURATION, "looptrace.section.window.duration", "looptrace.spans.dropped"}
 
 
-def _points(cap: Capture) -> dict[str, HistogramDataPoint]:
-    data = cap.metrics.get_metrics_data()
+def _looptrace_metrics(data: MetricsData | None) -> dict[str, Any]:
+    """Return looptrace's metrics of a collection by name, checking the scope holds only them."""
     assert data is not None
-    (scope,) = data.resource_metrics[0].scope_metrics
-    (metric,) = scope.metrics
-    assert (metric.name, metric.unit) == ("looptrace.section.duration", "s")
+    (resource_metrics,) = data.resource_metrics
+    scopes = [s for s in resource_metrics.scope_metrics if s.scope.name == "looptrace"]
+    (scope,) = scopes
+    return {metric.name: metric for metric in scope.metrics}
+
+
+def _points(data: MetricsData | None) -> dict[str, HistogramDataPoint]:
+    metrics = _looptrace_metrics(data)
+    assert set(metrics) == METRICS
+    metric = metrics[DURATION]
+    assert metric.unit == "s"
     points: dict[str, HistogramDataPoint] = {}
     for point in metric.data.data_points:
         assert isinstance(point, HistogramDataPoint)
@@ -24,26 +50,87 @@ def _points(cap: Capture) -> dict[str, HistogramDataPoint]:
     return points
 
 
-def test_histogram_matches_snapshot_buckets_count_and_sum(cap: Capture) -> None:
-    """Bucket counts, count and sum of the metric equal the snapshot's, per path."""
-    rng = random.Random(7)
-    train = cap.lt.timer("training")
+def _histogram(point: HistogramDataPoint) -> dict[str, Any]:
+    return {
+        "bounds": tuple(point.explicit_bounds),
+        "buckets": tuple(point.bucket_counts),
+        "count": point.count,
+        "sum": round(point.sum, 9),
+        "min": round(point.min, 9),
+        "max": round(point.max, 9),
+    }
+
+
+def _expected(*windows: looptrace.Snapshot) -> dict[str, dict[str, Any]]:
+    """Return per path the histogram the windows add up to."""
+    result: dict[str, dict[str, Any]] = {}
+    for path in {p for w in windows for p in w}:
+        stats = [w[path] for w in windows if path in w]
+        result[path] = {
+            "bounds": BOUNDARIES_S,
+            "buckets": tuple(map(sum, zip(*(s.buckets for s in stats), strict=True))),
+            "count": sum(s.count for s in stats),
+            "sum": round(sum(s.total for s in stats), 9),
+            "min": round(min(s.min for s in stats), 9),
+            "max": round(max(s.max for s in stats), 9),
+        }
+    return result
+
+
+def _window(lt: looptrace.Looptrace, clock: FakeClock, seed: int) -> looptrace.Snapshot:
+    rng = random.Random(seed)
+    train = lt.timer("training")
     for _ in range(200):
         train.record("data")
-        cap.clock.advance(rng.lognormvariate(-6, 1.5))
+        clock.advance(rng.lognormvariate(-6, 1.5))
         train.record("forward")
-        cap.clock.advance(rng.lognormvariate(-3, 0.5))
+        clock.advance(rng.lognormvariate(-3, 0.5))
         train.record()
     train.stop()
-    snap = cap.lt.reset()
-    points = _points(cap)
-    assert set(points) == set(snap)
-    for path, stats in snap.items():
-        point = points[path]
-        assert tuple(point.explicit_bounds) == BOUNDARIES_S
-        assert tuple(point.bucket_counts) == stats.buckets
-        assert point.count == stats.count
-        assert abs(point.sum - stats.total) < 1e-9 * stats.count
+    return lt.reset()
+
+
+def _configured(
+    reader: InMemoryMetricReader, **kwargs: Any
+) -> tuple[looptrace.Looptrace, FakeClock]:
+    clock = FakeClock()
+    provider = MeterProvider(metric_readers=[reader], **kwargs)
+    lt = looptrace.configure(tracer_provider=TracerProvider(), meter_provider=provider, clock=clock)
+    return lt, clock
+
+
+def test_histogram_matches_snapshot_buckets_count_and_sum(cap: Capture) -> None:
+    """Bucket counts, count, sum, min and max of the metric equal the snapshot's, per path."""
+    snap = _window(cap.lt, cap.clock, seed=7)
+    points = _points(cap.metrics.get_metrics_data())
+    assert {path: _histogram(p) for path, p in points.items()} == _expected(snap)
+
+
+def test_cumulative_reader_gets_the_totals_of_all_windows() -> None:
+    """A cumulative reader sees the windows added up, with the first window's start time."""
+    reader = InMemoryMetricReader()
+    lt, clock = _configured(reader)
+    first = _window(lt, clock, seed=1)
+    second = _window(lt, clock, seed=2)
+    points = _points(reader.get_metrics_data())
+    lt.shutdown()
+    assert {path: _histogram(p) for path, p in points.items()} == _expected(first, second)
+    assert {p.start_time_unix_nano for p in points.values()} == {first.start_ns}
+    assert {p.time_unix_nano for p in points.values()} == {second.end_ns}
+
+
+def test_delta_reader_gets_each_window_once() -> None:
+    """A reader preferring delta temporality gets what was added since its last collection."""
+    reader = InMemoryMetricReader(preferred_temporality={Histogram: AggregationTemporality.DELTA})
+    lt, clock = _configured(reader)
+    first = _window(lt, clock, seed=1)
+    after_first = _points(reader.get_metrics_data())
+    second = _window(lt, clock, seed=2)
+    after_second = _points(reader.get_metrics_data())
+    lt.shutdown()
+    assert {p: _histogram(x) for p, x in after_first.items()} == _expected(first)
+    assert {p: _histogram(x) for p, x in after_second.items()} == _expected(second)
+    assert {p.start_time_unix_nano for p in after_second.values()} == {first.end_ns}
 
 
 def test_metric_attributes_are_path_span_name_and_rank(cap: Capture) -> None:
@@ -51,7 +138,8 @@ def test_metric_attributes_are_path_span_name_and_rank(cap: Capture) -> None:
     cap.lt.timer("training").record("forward")
     cap.clock.advance(0.5)
     cap.lt.reset()
-    attributes: dict[str, Any] = dict(_points(cap)["root.training.forward"].attributes or {})
+    points = _points(cap.metrics.get_metrics_data())
+    attributes: dict[str, Any] = dict(points["root.training.forward"].attributes or {})
     assert attributes == {
         "looptrace.path": "root.training.forward",
         "span.name": "forward",
@@ -60,13 +148,145 @@ def test_metric_attributes_are_path_span_name_and_rank(cap: Capture) -> None:
     }
 
 
+def test_application_instruments_and_resource_are_kept() -> None:
+    """The looptrace scope joins the application's own metrics under the provider's resource."""
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(
+        metric_readers=[reader], resource=Resource.create({"service.name": "app"})
+    )
+    provider.get_meter("app").create_counter("app.samples").add(5)
+    clock = FakeClock()
+    lt = looptrace.configure(tracer_provider=TracerProvider(), meter_provider=provider, clock=clock)
+    _window(lt, clock, seed=3)
+    lt.shutdown()
+    data = reader.get_metrics_data()
+    assert data is not None
+    (resource_metrics,) = data.resource_metrics
+    assert resource_metrics.resource.attributes["service.name"] == "app"
+    assert {
+        s.scope.name: sorted(m.name for m in s.metrics) for s in resource_metrics.scope_metrics
+    } == {"app": ["app.samples"], "looptrace": sorted(METRICS)}
+
+
 def test_nothing_reaches_metrics_before_reset(cap: Capture) -> None:
-    """No value is recorded per section: the histogram is empty until reset()."""
+    """No value is recorded per section: nothing is collected until reset()."""
     train = cap.lt.timer("training")
     for _ in range(10):
         train.record("x")
         cap.clock.advance(0.01)
-    data = cap.metrics.get_metrics_data()
-    assert data is None or all(
-        not scope.metrics for rm in data.resource_metrics for scope in rm.scope_metrics
+    assert cap.metrics.get_metrics_data() is None
+
+
+def test_non_sdk_meter_provider_is_refused() -> None:
+    """A MeterProvider looptrace cannot hand aggregated data to is a ConfigError naming it."""
+
+    class Custom(NoOpMeterProvider):
+        pass
+
+    with pytest.raises(looptrace.ConfigError, match=r"meter_provider: .*got object"):
+        looptrace.configure(tracer_provider=TracerProvider(), meter_provider=object())  # type: ignore[arg-type]
+    lt = looptrace.configure(tracer_provider=TracerProvider(), meter_provider=Custom())
+    lt.shutdown()
+
+
+@pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
+def test_application_exporter_delivers_the_snapshot(protocol: str) -> None:
+    """The application's own OTLP exporter delivers looptrace's buckets at reset()."""
+    from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
+        OTLPMetricExporter as GrpcExporter,
     )
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
+        OTLPMetricExporter as HttpExporter,
+    )
+
+    with OtlpReceiver(protocol) as rx:
+        exporter = (
+            GrpcExporter(endpoint=rx.endpoint, insecure=True)
+            if protocol == "grpc"
+            else HttpExporter(endpoint=f"{rx.endpoint}/v1/metrics")
+        )
+        reader = PeriodicExportingMetricReader(exporter, export_interval_millis=3_600_000)
+        provider = MeterProvider(metric_readers=[reader])
+        clock = FakeClock()
+        lt = looptrace.configure(
+            tracer_provider=TracerProvider(), meter_provider=provider, clock=clock
+        )
+        snap = _window(lt, clock, seed=4)
+        assert rx.wait_for_metrics(lambda m: DURATION in m)
+        received = rx.latest_metrics()[DURATION]
+        lt.shutdown()
+        provider.shutdown()
+    assert {
+        path: {"buckets": tuple(p["buckets"]), "count": p["count"], "sum": p["sum"]}
+        for path, p in received.items()
+        if not path.startswith("_")
+    } == {
+        path: {"buckets": s.buckets, "count": s.count, "sum": round(s.total, 9)}
+        for path, s in snap.items()
+    }
+
+
+@pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
+def test_failed_metric_pushes_reach_health(protocol: str) -> None:
+    """A refused OTLP metrics push is counted in health(); the next push carries every count."""
+    with OtlpReceiver(protocol) as rx:
+        rx.metric_failures = 2
+        clock = FakeClock()
+        lt = looptrace.configure(
+            clock=clock,
+            tracer_provider=TracerProvider(),
+            otlp_endpoint=rx.endpoint,
+            otlp_protocol=protocol,
+            metrics_exporter="otlp",
+            otlp_timeout=10,
+        )
+        train = lt.timer("train")
+        for failed in (1, 2):
+            train.record("data")
+            clock.advance(0.1)
+            train.stop()
+            lt.reset()
+            assert wait_until(lambda: lt.health().failed_metric_pushes == failed, 10)  # noqa: B023
+        train.record("data")
+        clock.advance(0.1)
+        train.stop()
+        lt.reset()
+        assert rx.wait_for_metrics(lambda m: DURATION in m)
+        health = lt.health()
+        lt.shutdown()
+    assert rx.latest_metrics()[DURATION]["root.train.data"]["count"] == 3
+    assert health == looptrace.Health(failed_metric_pushes=2)
+
+
+def test_sdk_without_the_reader_hook_is_a_config_error() -> None:
+    """An SDK whose MeterProvider keeps its readers elsewhere fails loudly, not silently."""
+    provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
+    readers = provider._metric_readers
+    del provider._metric_readers  # as an SDK that renamed it would
+    with pytest.raises(looptrace.ConfigError, match=r"opentelemetry-sdk has no MeterProvider"):
+        looptrace.configure(tracer_provider=TracerProvider(), meter_provider=provider)
+    provider._metric_readers = readers
+    provider.shutdown()
+
+
+def test_a_failing_render_leaves_the_applications_metrics_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """If looptrace's part of a collection fails, the reader still gets the app's metrics."""
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    provider.get_meter("app").create_counter("app.samples").add(5)
+    clock = FakeClock()
+    lt = looptrace.configure(tracer_provider=TracerProvider(), meter_provider=provider, clock=clock)
+
+    def broken(*_args: object) -> None:
+        raise RuntimeError("injected")
+
+    monkeypatch.setattr(CumulativeHistograms, "scope_metrics", broken)
+    _window(lt, clock, seed=5)
+    data = reader.get_metrics_data()
+    health = lt.health()
+    lt.shutdown()
+    assert data is not None
+    assert [s.scope.name for s in data.resource_metrics[0].scope_metrics] == ["app"]
+    assert health.internal_errors >= 1

@@ -97,5 +97,9 @@ def test_section_stop_more_often_than_started_is_counted(cap: Capture) -> None:
 def _metric_counts(cap: Capture) -> dict[str, int]:
     data = cap.metrics.get_metrics_data()
     assert data is not None
-    (metric,) = data.resource_metrics[0].scope_metrics[0].metrics
+    (metric,) = [
+        m
+        for m in data.resource_metrics[0].scope_metrics[0].metrics
+        if m.name == "looptrace.section.duration"
+    ]
     return {p.attributes["looptrace.path"]: p.count for p in metric.data.data_points}  # type: ignore[union-attr,misc]

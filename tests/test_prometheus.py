@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import math
 import time
 import urllib.request
@@ -20,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.utils import floatToGoString
 
 import looptrace
-from looptrace._buckets import BOUNDARIES_NS, bucket_index
+from looptrace._buckets import BOUNDARIES_NS
 from looptrace.testing import FakeClock
 
 from .otlp_server import LOCALHOST, OtlpReceiver, free_port, wait_until
@@ -206,7 +207,7 @@ def openmetrics_scrape(port: int) -> list[Any]:
 
 def le_of(duration_ns: int) -> str:
     """Return the `le` label of the bucket a duration falls in."""
-    index = bucket_index(duration_ns)
+    index = bisect.bisect_left(BOUNDARIES_NS, duration_ns)  # `le`: value <= boundary
     return "+Inf" if index == len(BOUNDARIES_NS) else floatToGoString(BOUNDARIES_NS[index] / 1e9)  # type: ignore[no-untyped-call]
 
 

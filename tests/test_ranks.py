@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
 from looptrace import ConfigError, RankInfo
@@ -85,6 +87,17 @@ def test_instance_id_is_deterministic_per_job_and_rank() -> None:
     assert a == RankInfo(rank=1, world_size=2, job_id="j1").instance_id
     assert a != RankInfo(rank=0, world_size=2, job_id="j1").instance_id
     assert a != RankInfo(rank=1, world_size=2, job_id="j2").instance_id
+
+
+def test_instance_id_is_a_uuid5_in_the_semantic_conventions_namespace() -> None:
+    """service.instance.id is a UUIDv5 in 4d63009a-8d0f-11ee-aad7-4c796ed8e320, as semconv says."""
+    namespace = uuid.UUID("4d63009a-8d0f-11ee-aad7-4c796ed8e320")
+    instance_id = RankInfo(rank=1, world_size=2, job_id="j1").instance_id
+    assert instance_id == str(uuid.uuid5(namespace, "looptrace:j1:1"))
+    assert (uuid.UUID(instance_id).version, instance_id) == (
+        5,
+        "a63e2d77-8729-5332-a790-f72aac81b527",
+    )
 
 
 def test_attributes_vocabulary() -> None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
 from looptrace._clock import Clock, MonotonicClock
 from looptrace._configure import configure
 from looptrace._errors import ConfigError, TimerError
@@ -37,3 +35,12 @@ __all__ = [
     "__version__",
     "configure",
 ]
+
+
+def __getattr__(name: str) -> str:
+    """Read `__version__` from the package metadata on first access (structlog does the same)."""
+    if name == "__version__":
+        from looptrace._version import version  # noqa: PLC0415 - read on first access
+
+        return version()
+    raise AttributeError(f"module 'looptrace' has no attribute {name!r}")

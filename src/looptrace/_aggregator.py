@@ -7,16 +7,12 @@ import math
 import operator
 import threading
 from bisect import bisect_right
-from collections.abc import Callable, Sequence
 
 from looptrace._buckets import BOUNDARIES_NS
 from looptrace._sketch import QuantileSketch
 from looptrace._snapshot import SectionStats, Snapshot
 
 _log = logging.getLogger("looptrace")
-
-# Called with (path, durations in ns) for every merged batch, e.g. to feed a MeterProvider.
-Recorder = Callable[[str, Sequence[int]], None]
 
 OTHER_PATH = "other"
 FOLD_AT = 4096  # durations a producer holds before it merges them, bounding memory
@@ -89,11 +85,10 @@ class Aggregator:
     `max_paths`, new paths are counted under `"other"` and one warning is logged.
     """
 
-    def __init__(self, *, max_paths: int = 1000, recorder: Recorder | None = None) -> None:
+    def __init__(self, *, max_paths: int = 1000) -> None:
         if max_paths < 1:
             raise ValueError(f"max_paths must be at least 1, got {max_paths}")
         self.max_paths = max_paths
-        self.recorder = recorder
         self.overflowed = 0
         self.lock = threading.Lock()
         self._paths: dict[str, _PathAggregate] = {}
@@ -111,8 +106,6 @@ class Aggregator:
             if agg is None:
                 agg = self._paths[path] = _PathAggregate()
         agg.add_sorted(durations, self_ns, errors)
-        if self.recorder is not None:
-            self.recorder(path, durations)
 
     def snapshot(
         self, *, start_ns: int, end_ns: int, rank: int, step: int | None = None

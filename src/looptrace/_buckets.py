@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from bisect import bisect_left
-
 # Five per decade (the R5 preferred numbers 1, 1.6, 2.5, 4, 6.3): a ratio of ~1.6 between
 # neighbours, readable `le` labels, from a kernel launch or a tokenizer call to a checkpoint.
 # Prometheus's `histogram_quantile` interpolates inside a bucket; the exact quantiles of every
@@ -14,8 +12,3 @@ BOUNDARIES_NS: tuple[int, ...] = (
     10**12,
 )
 BOUNDARIES_S: tuple[float, ...] = tuple(b / 1e9 for b in BOUNDARIES_NS)
-
-
-def bucket_index(value_ns: int) -> int:
-    """Return the index of the bucket holding a duration (`value <= boundary`, Prometheus `le`)."""
-    return bisect_left(BOUNDARIES_NS, value_ns)

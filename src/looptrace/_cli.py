@@ -7,11 +7,22 @@ import os
 import sys
 from pathlib import Path
 
-from looptrace import __version__
 from looptrace._commands import add_commands
 from looptrace._demo import demo_report, run_demo
 from looptrace._errors import ConfigError, TimerError
 from looptrace._reader import InputError
+from looptrace._version import version
+
+
+class _VersionAction(argparse.Action):
+    """`--version` that reads the package metadata only when the option is given."""
+
+    def __init__(self, option_strings: list[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, argparse.SUPPRESS, nargs=0, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_args: object) -> None:
+        print(f"looptrace {version()}")
+        parser.exit()
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -19,7 +30,7 @@ def _build_parser() -> argparse.ArgumentParser:
         prog="looptrace",
         description="Timing for ML training and inference loops, as OpenTelemetry spans.",
     )
-    parser.add_argument("--version", action="version", version=f"looptrace {__version__}")
+    parser.add_argument("--version", action=_VersionAction, help="show the version and exit")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     demo = commands.add_parser(
         "demo",

@@ -12,9 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from looptrace._reader import SPANS, InputError, JsonLinesFile, load_windows, open_inputs
+from looptrace._reader import SPANS, InputError, JsonLinesFile, Warn, load_windows, open_inputs
 
-Warn = Callable[[str], None]
 Subparsers = Any  # argparse's _SubParsersAction is private
 
 

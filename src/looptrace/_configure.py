@@ -13,8 +13,8 @@ from opentelemetry.sdk.resources import HOST_NAME, SERVICE_INSTANCE_ID, SERVICE_
 from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
 
-from looptrace import __version__
 from looptrace._aggregator import Aggregator
+from looptrace._app_metrics import ReaderHooks
 from looptrace._clock import Clock, MonotonicClock
 from looptrace._device import CudaEventClock, DeviceClock, SyncedClock
 from looptrace._engine import Engine
@@ -25,12 +25,12 @@ from looptrace._files import FLUSH_TIMEOUT_S, FileOutputs, PathLike
 from looptrace._health import Incidents
 from looptrace._ids import StepIdGenerator, StepTraces
 from looptrace._looptrace import Looptrace
-from looptrace._metrics import HistogramRecorder
 from looptrace._outputs import Outputs
 from looptrace._processor import SCOPE, AggregatingSpanProcessor
 from looptrace._ranks import RankInfo
 from looptrace._sampling import LapSampler
 from looptrace._settings import ExportOptions
+from looptrace._version import version
 
 
 def configure(
@@ -69,8 +69,9 @@ def configure(
         tracer_provider: where spans go. Without one, a global SDK provider set by the
             application is used (looptrace adds its processor to it); without that either,
             looptrace installs an SDK provider of its own as the global one.
-        meter_provider: where `looptrace.section.duration` is recorded at each `reset()`;
-            defaults to the global provider when that is an SDK one.
+        meter_provider: an SDK MeterProvider whose readers also collect looptrace's
+            metrics (pre-aggregated, flushed at each `reset()`); defaults to the global
+            provider when that is an SDK one.
         clock: the time source (default: `time.perf_counter_ns` with one `time_ns` anchor);
             tests pass `looptrace.testing.FakeClock()`.
         trace_every: trace the outermost laps (steps) whose index is a multiple of this;
@@ -145,6 +146,11 @@ def configure(
         metrics_exporter=metrics_exporter,
         prometheus=prometheus,
     )
+    readers = (
+        ReaderHooks(meter_provider, incidents)
+        if meter_provider is not None and not disabled
+        else None
+    )
     host_clock = clock or MonotonicClock()
     if device_sync:
         host_clock = SyncedClock(host_clock, device_clock or _cuda_clock("device_sync=True"))
@@ -171,15 +177,9 @@ def configure(
             outputs=outputs,
         ),
     )
-    recorder = (
-        HistogramRecorder(meter_provider, rank.span_attributes(), incidents)
-        if meter_provider is not None and not disabled
-        else None
-    )
-    if isinstance(meter_provider, SdkMeterProvider):
-        sdk_meter_provider = meter_provider
-        outputs.on_reset.append(lambda _snapshot: sdk_meter_provider.force_flush())
-    aggregator = Aggregator(max_paths=max_paths, recorder=recorder)
+    if readers:
+        readers.attach(outputs, pipeline.histograms if pipeline else None, resource, rank)
+    aggregator = Aggregator(max_paths=max_paths)
 
     tracer: trace.Tracer | None = None
     provider: trace.TracerProvider | None = None
@@ -203,7 +203,7 @@ def configure(
             # training thread on the exporters.
             outputs.on_shutdown.append(provider.force_flush)
         outputs.on_shutdown.append(processor.shutdown)
-        tracer = provider.get_tracer(SCOPE, __version__)
+        tracer = provider.get_tracer(SCOPE, version())
         step_traces = _step_traces(provider, rank, run_id)
 
     engine = Engine(

@@ -19,6 +19,8 @@ class Health:
         internal_errors: exceptions caught inside looptrace's processors and exporters.
         overflowed: measurements counted under `"other"` because of the path cap.
         dropped_spans: spans an exporter failed to deliver.
+        failed_metric_pushes: OTLP metric pushes that were not delivered (the next push
+            carries the totals again, so a failure loses no counts while a later one succeeds).
 
     """
 
@@ -26,6 +28,7 @@ class Health:
     internal_errors: int = 0
     overflowed: int = 0
     dropped_spans: int = 0
+    failed_metric_pushes: int = 0
 
 
 class Incidents:
@@ -35,6 +38,7 @@ class Incidents:
         self.misuse = 0
         self.internal_errors = 0
         self.dropped_spans = 0
+        self.failed_metric_pushes = 0
         self._seen: set[str] = set()
         self._lock = threading.Lock()
 
@@ -63,6 +67,18 @@ class Incidents:
                 "looptrace: %d span(s) could not be exported; training goes on and further "
                 "losses are counted in lt.health().dropped_spans, not logged",
                 spans,
+            )
+
+    def push_failed(self) -> None:
+        """Count one undelivered metrics push; log the first."""
+        with self._lock:
+            first = self.failed_metric_pushes == 0
+            self.failed_metric_pushes += 1
+        if first:
+            _log.warning(
+                "looptrace: a metrics push could not be delivered; the next push carries the "
+                "totals again, and further failures are counted in "
+                "lt.health().failed_metric_pushes, not logged"
             )
 
     def failed(self, where: str) -> None:

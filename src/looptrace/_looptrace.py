@@ -101,6 +101,7 @@ class Looptrace:
             internal_errors=self._incidents.internal_errors,
             overflowed=self._aggregator.overflowed,
             dropped_spans=self._incidents.dropped_spans,
+            failed_metric_pushes=self._incidents.failed_metric_pushes,
         )
 
     def shutdown(self) -> None:

@@ -1,53 +1,28 @@
-"""Hands aggregated durations to an application's MeterProvider as a seconds histogram."""
+"""What looptrace's metrics are: names, units, descriptions and the attributes of a point.
+
+Every metric path (the OTLP push, an application's MeterProvider, the Prometheus endpoint)
+renders these same definitions, so a name or a label is written here once.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-from opentelemetry.metrics import MeterProvider
-
-from looptrace import __version__
 from looptrace._attributes import PATH, SPAN_NAME
-from looptrace._buckets import BOUNDARIES_S
-from looptrace._health import Incidents
 
 DURATION_METRIC = "looptrace.section.duration"
+DURATION_DESCRIPTION = "Duration of timed sections of the training or inference loop."
+WINDOW_METRIC = "looptrace.section.window.duration"
+WINDOW_DESCRIPTION = (
+    "Exact quantiles of section durations over the latest reset() window the section ran in."
+)
+DROPPED_METRIC = "looptrace.spans.dropped"
+DROPPED_DESCRIPTION = "Spans an exporter could not deliver (collector down, queue full)."
+SECONDS = "s"
+SPANS = "{span}"
+
+QUANTILE = "quantile"  # the attribute (label) naming which quantile a window point is
+QUANTILES = (("0.5", "p50"), ("0.9", "p90"), ("0.99", "p99"))  # label value, SectionStats field
 
 
-class HistogramRecorder:
-    """Records each folded duration through `looptrace.section.duration` (unit `s`).
-
-    Batches are merged at `reset()` (or when a thread holds thousands), never per section, so no
-    metrics-API call sits on the hot path. The instrument asks for looptrace's explicit
-    second boundaries, never the SDK's millisecond defaults.
-    """
-
-    def __init__(
-        self, meter_provider: MeterProvider, attributes: dict[str, int], incidents: Incidents
-    ) -> None:
-        self._incidents = incidents
-        meter = meter_provider.get_meter("looptrace", __version__)
-        self._histogram = meter.create_histogram(
-            DURATION_METRIC,
-            unit="s",
-            description="Duration of timed sections of the training or inference loop.",
-            explicit_bucket_boundaries_advisory=BOUNDARIES_S,
-        )
-        self._base = attributes
-        self._attributes: dict[str, dict[str, str | int]] = {}
-
-    def __call__(self, path: str, durations_ns: Sequence[int]) -> None:
-        """Record one value per measurement; a failing SDK is counted, never raised."""
-        try:
-            attributes = self._attributes.get(path)
-            if attributes is None:
-                attributes = self._attributes[path] = self.attributes_of(path)
-            record = self._histogram.record
-            for duration_ns in durations_ns:
-                record(duration_ns / 1e9, attributes)
-        except Exception:
-            self._incidents.failed("HistogramRecorder")
-
-    def attributes_of(self, path: str) -> dict[str, str | int]:
-        """Return the metric attributes of a path: path, span name and rank."""
-        return {PATH: path, SPAN_NAME: path.rsplit(".", 1)[-1], **self._base}
+def section_attributes(path: str, base: dict[str, int]) -> dict[str, str | int]:
+    """Return the attributes of a section's points: path, span name, then `base` (the rank)."""
+    return {PATH: path, SPAN_NAME: path.rsplit(".", 1)[-1], **base}

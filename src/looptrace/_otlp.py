@@ -107,7 +107,6 @@ class MetricPusher:
         self._done = 0
         self._closed = False
         self._thread: threading.Thread | None = None
-        self.failures = 0
 
     def request(self) -> int:
         """Ask for a push of the current totals; return a ticket for `wait()`."""
@@ -162,7 +161,8 @@ class MetricPusher:
             if data is None:
                 return
             result = self._exporter.export(data, timeout_millis=self._timeout_ms)
-            if result is not MetricExportResult.SUCCESS:
-                self.failures += 1
         except Exception:
             self._incidents.failed("OTLP metric export")
+            result = MetricExportResult.FAILURE
+        if result is not MetricExportResult.SUCCESS:
+            self._incidents.push_failed()

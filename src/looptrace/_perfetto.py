@@ -14,8 +14,8 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from looptrace import __version__
 from looptrace._span_records import SpanRecord
+from looptrace._version import version
 
 _NO_THREAD = "spans without thread.id"
 
@@ -53,7 +53,7 @@ def chrome_trace(spans: Sequence[SpanRecord]) -> dict[str, Any]:
     return {
         "traceEvents": meta + events,
         "displayTimeUnit": "ms",
-        "otherData": {"generator": f"looptrace {__version__}", "origin_epoch_ns": origin},
+        "otherData": {"generator": f"looptrace {version()}", "origin_epoch_ns": origin},
     }
 
 

@@ -19,7 +19,9 @@ that asks for OpenMetrics (Prometheus does) also gets the buckets' exemplars.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import socket
 import threading
 from collections.abc import Iterator
 from wsgiref.simple_server import WSGIServer
@@ -30,18 +32,16 @@ from prometheus_client.registry import Collector
 from prometheus_client.samples import Exemplar
 from prometheus_client.utils import floatToGoString
 
-from looptrace._attributes import PATH, SPAN_NAME
 from looptrace._buckets import BOUNDARIES_S
-from looptrace._cumulative import (
+from looptrace._cumulative import CumulativeHistograms
+from looptrace._errors import ConfigError
+from looptrace._metrics import (
     DROPPED_DESCRIPTION,
     DURATION_DESCRIPTION,
     QUANTILE,
     QUANTILES,
     WINDOW_DESCRIPTION,
-    CumulativeHistograms,
 )
-from looptrace._errors import ConfigError
-from looptrace._ranks import RANK, WORLD_SIZE
 from looptrace._settings import PrometheusSettings
 
 _log = logging.getLogger("looptrace")
@@ -66,34 +66,32 @@ class SnapshotCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         """Yield the three metric families with the current totals."""
         histograms = self._histograms
-        rank = [str(histograms.attributes[RANK]), str(histograms.attributes[WORLD_SIZE])]
-        names = [label(PATH), label(SPAN_NAME), label(RANK), label(WORLD_SIZE)]
+        series = sorted(histograms.series().items())
+        rank = {label(k): str(v) for k, v in histograms.attributes.items()}
+        names = [label(k) for k in histograms.labels("")]
         duration = HistogramMetricFamily(
             DURATION_FAMILY, DURATION_DESCRIPTION, labels=names, unit="seconds"
         )
         window = Metric(WINDOW_FAMILY, WINDOW_DESCRIPTION, "summary", unit="seconds")
-        for path, series in sorted(histograms.series().items()):
-            values = [path, path.rsplit(".", 1)[-1], *rank]
+        for path, s in series:
+            labels = {label(k): str(v) for k, v in histograms.labels(path).items()}
             running = 0
             buckets: list[tuple[str, float] | tuple[str, float, Exemplar]] = []
-            for index, (le, count) in enumerate(zip(_LE, series.buckets, strict=True)):
+            for index, (le, count) in enumerate(zip(_LE, s.buckets, strict=True)):
                 running += count
-                found = series.exemplars.get(index)
+                found = s.exemplars.get(index)
                 if found is None:
                     buckets.append((le, running))
                 else:
                     exemplar = Exemplar(found.labels, found.value, found.time_ns / 1e9)
                     buckets.append((le, running, exemplar))
-            duration.add_metric(values, buckets, series.sum)
-            labels = dict(zip(names, values, strict=True))
-            for (quantile, _), value in zip(QUANTILES, series.quantiles, strict=False):
+            duration.add_metric(list(labels.values()), buckets, s.sum)
+            for (quantile, _), value in zip(QUANTILES, s.quantiles, strict=False):
                 window.add_sample(window.name, {**labels, QUANTILE: quantile}, value)
         yield duration
         yield window
-        dropped = CounterMetricFamily(
-            DROPPED_FAMILY, DROPPED_DESCRIPTION, labels=[label(RANK), label(WORLD_SIZE)]
-        )
-        dropped.add_metric(rank, histograms.dropped_spans())
+        dropped = CounterMetricFamily(DROPPED_FAMILY, DROPPED_DESCRIPTION, labels=list(rank))
+        dropped.add_metric(list(rank.values()), histograms.dropped_spans())
         yield dropped
 
 
@@ -117,7 +115,16 @@ class PrometheusEndpoint:
         _log.info("looptrace: Prometheus endpoint on http://%s:%d/metrics", self.host, self.port)
 
     def close(self) -> None:
-        """Stop serving and release the port."""
-        self._server.shutdown()
+        """Stop serving and release the port, at once rather than at the server's next poll.
+
+        `shutdown()` is seen by the serving loop only between requests or every 0.5 s; a
+        connection wakes it.
+        """
+        stopping = threading.Thread(target=self._server.shutdown, daemon=True)
+        stopping.start()
+        while stopping.is_alive():
+            with contextlib.suppress(OSError):
+                socket.create_connection((self.host, self.port), timeout=0.1).close()
+            stopping.join(0.01)
         self._server.server_close()
         self._thread.join(timeout=1.0)

@@ -23,6 +23,9 @@ from dataclasses import dataclass
 
 from looptrace._errors import ConfigError
 
+# The namespace the OpenTelemetry semantic conventions give for a UUIDv5 service.instance.id.
+_SERVICE_INSTANCE_NAMESPACE = uuid.UUID("4d63009a-8d0f-11ee-aad7-4c796ed8e320")
+
 RANK = "looptrace.rank"
 LOCAL_RANK = "looptrace.local_rank"
 WORLD_SIZE = "looptrace.world_size"
@@ -124,7 +127,7 @@ class RankInfo:
     def instance_id(self) -> str:
         """Return a `service.instance.id` that is the same for the same job and rank."""
         job = self.job_id or f"{socket.gethostname()}-{os.getpid()}"
-        return str(uuid.uuid5(uuid.NAMESPACE_URL, f"looptrace:{job}:{self.rank}"))
+        return str(uuid.uuid5(_SERVICE_INSTANCE_NAMESPACE, f"looptrace:{job}:{self.rank}"))
 
     def attributes(self) -> dict[str, str | int]:
         """Return the namespaced attributes of this rank, for the Resource."""

@@ -1,0 +1,61 @@
+"""`looptrace.__version__` comes from the package metadata, read only when asked for."""
+
+from __future__ import annotations
+
+import ast
+import importlib.metadata
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import looptrace
+from looptrace._cli import main
+
+SRC = Path(looptrace.__file__).parent
+
+
+def test_version_is_the_distribution_metadata() -> None:
+    """`__version__` is what pip installed from pyproject.toml, also via `from ... import`."""
+    from looptrace import __version__
+
+    assert looptrace.__version__ == __version__ == importlib.metadata.version("looptrace")
+
+
+def test_unknown_attribute_is_an_attribute_error() -> None:
+    """The module `__getattr__` answers only `__version__`."""
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        _ = looptrace.nope  # type: ignore[attr-defined]
+
+
+def test_cli_version_prints_the_metadata_version(capsys: pytest.CaptureFixture[str]) -> None:
+    """`looptrace --version` prints `looptrace <version>` on stdout and exits 0."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert (exit_info.value.code, capsys.readouterr().out) == (
+        0,
+        f"looptrace {importlib.metadata.version('looptrace')}\n",
+    )
+
+
+def test_no_module_imports_the_version_from_the_package() -> None:
+    """Modules read `_version.version()`: importing `__version__` back from `looptrace` cycles."""
+    offenders = [
+        f"{path.name}:{node.lineno}"
+        for path in sorted(SRC.glob("**/*.py"))
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ImportFrom)
+        and node.module == "looptrace"
+        and any(alias.name == "__version__" for alias in node.names)
+    ]
+    assert offenders == []
+
+
+def test_import_reads_no_metadata() -> None:
+    """`import looptrace` loads no `importlib.metadata`; the version is read on first use."""
+    code = "import sys, looptrace; print('importlib.metadata' in sys.modules)"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
+    assert out.strip() == "False"
