@@ -41,6 +41,12 @@ def laps(lt: looptrace.Looptrace, clock: FakeClock, steps: int) -> int:
     return 2 * steps + 1
 
 
+METRICS_LOST = (
+    "WARNING:looptrace:looptrace: a metrics push could not be delivered; the next push carries "
+    "the totals again, and further failures are counted in lt.health().failed_metric_pushes, "
+    "not logged"
+)
+
 DOWN_PROGRAM = """
     import json, sys
     import looptrace
@@ -326,12 +332,13 @@ def test_no_output_of_a_failing_export_run_contains_a_header_value(
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout == "dropped 6001\n"
     warnings = [line for line in result.stderr.splitlines() if line.startswith("WARNING")]
-    assert len(warnings) == 1
+    assert len(warnings) == 2  # one line per kind of loss: spans, then the metrics push
     assert re.fullmatch(
         r"WARNING:looptrace:looptrace: \d+ span\(s\) could not be exported; training goes on "
         r"and further losses are counted in lt.health\(\).dropped_spans, not logged",
         warnings[0],
     )
+    assert warnings[1] == METRICS_LOST
     assert "ERROR" not in result.stderr and "Traceback" not in result.stderr
 
 
@@ -358,8 +365,10 @@ def test_a_dead_collector_costs_one_warning_line(protocol: str) -> None:
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout == "dropped 6001\n"
-    (line,) = result.stderr.splitlines()
-    assert line.startswith("WARNING:looptrace:looptrace: ")
+    spans, metrics = result.stderr.splitlines()  # one line per kind of loss
+    assert spans.startswith("WARNING:looptrace:looptrace: ")
+    assert "span(s) could not be exported" in spans
+    assert metrics == METRICS_LOST
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
