@@ -38,9 +38,9 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 import looptrace
-from looptrace._aggregator import Aggregator
-from looptrace._buckets import BOUNDARIES_S
-from looptrace._health import Incidents
+from looptrace._stats.aggregator import Aggregator
+from looptrace._stats.buckets import BOUNDARIES_S
+from looptrace._stats.health import Incidents
 
 # The OTLP receivers of the test suite, importable when run as `python benchmarks/bench.py`.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))

@@ -13,7 +13,7 @@ import statistics
 import time
 from typing import Any
 
-from looptrace._spread import SPREAD_STATS
+from looptrace._stats.spread import SPREAD_STATS
 
 
 def gathered_reduce(snapshot: Any, traffic: list[int]) -> Any:
@@ -54,7 +54,7 @@ def gathered_spreads(path_lists: list[list[str]], union: list[str], matrix: Any)
     """The all_gather design's local work on what it gathered: O(world x paths) per rank."""
     import torch
 
-    from looptrace._spread import RankSpread, SectionSpread
+    from looptrace._stats.spread import RankSpread, SectionSpread
 
     world = len(path_lists)
     present = ~torch.isnan(matrix)

@@ -24,7 +24,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 import looptrace
-from looptrace._otlp_json import to_json
+from looptrace._export.otlp_json import to_json
 from looptrace.testing import FakeClock
 
 

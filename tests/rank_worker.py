@@ -5,7 +5,8 @@ torchrun sets them. The rank drives a looptrace on a fake clock through the wind
 closed by ``reset(across_ranks=True)``, and writes what every reset returned, and the
 collective calls and bytes each reset moved (counted at torch.distributed's all_reduce and
 all_gather), to OUT as JSON. LISTED, when given, replaces
-`looptrace._collectives.LISTED`, so that small jobs take the bitmap path of absent ranks.
+`looptrace._distributed.collectives.LISTED`, so that small jobs take the bitmap path of
+absent ranks.
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ import statistics
 
 import pytest
 
-from looptrace._aggregator import FOLD_AT, Aggregator
-from looptrace._buckets import BOUNDARIES_S
+from looptrace._stats.aggregator import FOLD_AT, Aggregator
+from looptrace._stats.buckets import BOUNDARIES_S
 from looptrace.testing import capture
 
 

@@ -24,7 +24,7 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
 import looptrace
-from looptrace._exemplars import TraceExemplar
+from looptrace._export.exemplars import TraceExemplar
 from looptrace.testing import FakeClock, capture
 
 from .deploy_files import (

@@ -17,8 +17,8 @@ import pytest
 import torch.distributed as dist
 
 from looptrace import _collectives, _distributed, _path_table
-from looptrace._snapshot import SectionStats, Snapshot
-from looptrace._spread import SPREAD_STATS
+from looptrace._stats.snapshot import SectionStats, Snapshot
+from looptrace._stats.spread import SPREAD_STATS
 from looptrace.testing import Capture
 from tests import rank_worker
 
@@ -299,13 +299,13 @@ def test_without_torch_it_never_imports_torch(
 ) -> None:
     """A program that never imported torch.distributed gets the no-op without a torch import."""
     monkeypatch.delitem(sys.modules, "torch.distributed")
-    monkeypatch.delitem(sys.modules, "looptrace._collectives")
+    monkeypatch.delitem(sys.modules, "looptrace._distributed.collectives")
     _window(cap)
     snap = cap.lt.reset(across_ranks=True)
     assert snap.across_ranks is None
     assert list(snap) == ["root.training", "root.training.forward"]
     assert "torch.distributed" not in sys.modules
-    assert "looptrace._collectives" not in sys.modules
+    assert "looptrace._distributed.collectives" not in sys.modules
 
 
 @pytest.fixture

@@ -324,7 +324,7 @@ def test_no_output_of_a_failing_export_run_contains_a_header_value(
     if token.endswith("%0A"):  # unsendable: configure() refuses it, naming the header
         assert result.returncode == 1
         assert result.stderr.splitlines()[-1] == (
-            "looptrace._errors.ConfigError: OTEL_EXPORTER_OTLP_HEADERS: the value of header "
+            "looptrace._stats.errors.ConfigError: OTEL_EXPORTER_OTLP_HEADERS: the value of header "
             "'authorization' holds a control character (a trailing newline?), a non-ASCII "
             "character or surrounding spaces; the value is not shown"
         )

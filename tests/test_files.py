@@ -19,8 +19,8 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 
 from looptrace import ConfigError, RankInfo, _span_file
-from looptrace._files import OtlpJsonFileExporter, rank_path
-from looptrace._health import Incidents
+from looptrace._export.files import OtlpJsonFileExporter, rank_path
+from looptrace._stats.health import Incidents
 from looptrace.testing import capture
 
 from .runs import record_run

@@ -15,13 +15,13 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from looptrace._otlp_json import to_json
-from looptrace._perfetto import chrome_trace
-from looptrace._plot_data import from_spans, from_windows
-from looptrace._reader import InputError, load_windows, open_inputs
-from looptrace._replay import replay
-from looptrace._span_records import load_spans
-from looptrace._summary import render_summary, summarize_spans, summarize_windows
+from looptrace._export.otlp_json import to_json
+from looptrace._offline.perfetto import chrome_trace
+from looptrace._offline.plot_data import from_spans, from_windows
+from looptrace._offline.reader import InputError, load_windows, open_inputs
+from looptrace._offline.replay import replay
+from looptrace._offline.span_records import load_spans
+from looptrace._offline.summary import render_summary, summarize_spans, summarize_windows
 
 from .runs import record_run
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 from looptrace import RankInfo
-from looptrace._ids import step_ids
+from looptrace._core.ids import step_ids
 from looptrace.testing import Capture, capture
 
 

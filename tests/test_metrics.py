@@ -19,8 +19,8 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 
 import looptrace
-from looptrace._buckets import BOUNDARIES_S
-from looptrace._cumulative import CumulativeHistograms
+from looptrace._export.cumulative import CumulativeHistograms
+from looptrace._stats.buckets import BOUNDARIES_S
 from looptrace.testing import Capture, FakeClock
 
 from .otlp_server import OtlpReceiver, wait_until

@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode
 from opentelemetry.trace.span import TraceFlags, TraceState
 
-from looptrace._otlp_json import encode_line, encode_request, from_json, to_json
+from looptrace._export.otlp_json import encode_line, encode_request, from_json, to_json
 
 SCALARS = st.one_of(
     st.booleans(),

@@ -144,7 +144,7 @@ def test_threads_get_tids_and_overlapping_timers_an_extra_track(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Tid = thread (named); a timer that overlaps another without nesting gets its own track."""
-    from looptrace._files import OtlpJsonFileExporter
+    from looptrace._export.files import OtlpJsonFileExporter
 
     exporter = OtlpJsonFileExporter(tmp_path / "spans.jsonl")
     exporter.export(_spans_of_two_threads_and_interleaved_timers())

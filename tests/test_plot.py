@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from looptrace._cli import main
-from looptrace._plot_data import SELF, from_spans, from_windows
-from looptrace._reader import load_windows, open_inputs
-from looptrace._span_records import load_spans
-from looptrace._summary import summarize_spans, summarize_windows
+from looptrace._offline.plot_data import SELF, from_spans, from_windows
+from looptrace._offline.reader import load_windows, open_inputs
+from looptrace._offline.span_records import load_spans
+from looptrace._offline.summary import summarize_spans, summarize_windows
 from looptrace.testing import capture
 
 from .runs import Run, record_run

@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.utils import floatToGoString
 
 import looptrace
-from looptrace._buckets import BOUNDARIES_NS
+from looptrace._stats.buckets import BOUNDARIES_NS
 from looptrace.testing import FakeClock
 
 from .otlp_server import LOCALHOST, OtlpReceiver, free_port, wait_until

@@ -18,7 +18,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 
 from looptrace import _replay
 from looptrace._cli import main
-from looptrace._files import OtlpJsonFileExporter
+from looptrace._export.files import OtlpJsonFileExporter
 
 from .otlp_server import OtlpReceiver
 from .runs import record_run
@@ -238,7 +238,7 @@ def test_bad_options_are_one_line_errors_as_configure_would_say(
 
 def test_replay_accepts_exactly_what_configure_accepts(tmp_path: Path) -> None:
     """For the same settings, replay and configure() resolve the same traces exporter."""
-    from looptrace._settings import ExportOptions, resolve
+    from looptrace._export.settings import ExportOptions, resolve
 
     environ = {
         "OTEL_EXPORTER_OTLP_HEADERS": "a=1,b=x%20y",

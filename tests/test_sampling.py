@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from looptrace import ConfigError
-from looptrace._sampling import LapSampler
+from looptrace._core.sampling import LapSampler
 
 
 def _traced(sampler: LapSampler, laps: int = 250) -> list[int]:

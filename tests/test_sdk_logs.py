@@ -13,7 +13,7 @@ def test_exporter_records_are_folded_once_per_kind_with_header_values_masked(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Ten failures of one kind: one INFO line on looptrace.sdk, the token masked, nothing else."""
-    import looptrace._otlp  # noqa: F401 - creates the exporters' loggers
+    import looptrace._export.otlp  # noqa: F401 - creates the exporters' loggers
 
     secret = "Bearer s3cr3t-token-value"
     _sdk_logs.fold([secret])

@@ -10,9 +10,9 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
 import looptrace
-from looptrace._environment import ENVIRONMENT
-from looptrace._otlp_settings import OtlpSettings
-from looptrace._settings import (
+from looptrace._export.environment import ENVIRONMENT
+from looptrace._export.otlp_settings import OtlpSettings
+from looptrace._export.settings import (
     BatchSettings,
     ExportOptions,
     ExportSettings,

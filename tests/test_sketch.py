@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from looptrace._sketch import RELATIVE_ACCURACY, QuantileSketch
+from looptrace._stats.sketch import RELATIVE_ACCURACY, QuantileSketch
 
 
 def _exact(values: list[int], q: float) -> float:

@@ -10,8 +10,8 @@ import pytest
 
 from looptrace import SectionStats
 from looptrace._cli import main
-from looptrace._reader import Window
-from looptrace._summary import merge_windows
+from looptrace._offline.reader import Window
+from looptrace._offline.summary import merge_windows
 from looptrace.testing import capture
 
 from .runs import Run, record_run
@@ -187,7 +187,7 @@ def test_cross_rank_snapshot_lines_give_the_straggler_column(
 ) -> None:
     """One rank's reset(across_ranks=True) lines show rank min/max and the slowest rank."""
     from looptrace import RankInfo, RankSpread, SectionSpread, Snapshot
-    from looptrace._files import SnapshotFileWriter
+    from looptrace._export.files import SnapshotFileWriter
 
     def spread(low: float, high: float, slowest: int) -> SectionSpread:
         one = RankSpread(min=low, max=high, mean=(low + high) / 2, slowest_rank=slowest)

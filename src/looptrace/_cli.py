@@ -7,11 +7,11 @@ import os
 import sys
 from pathlib import Path
 
-from looptrace._commands import add_commands
 from looptrace._demo import demo_report, run_demo
-from looptrace._errors import ConfigError, TimerError
-from looptrace._reader import InputError
-from looptrace._version import version
+from looptrace._offline.commands import add_commands
+from looptrace._offline.reader import InputError
+from looptrace._stats.errors import ConfigError, TimerError
+from looptrace._stats.version import version
 
 
 class _VersionAction(argparse.Action):

@@ -13,24 +13,24 @@ from opentelemetry.sdk.resources import HOST_NAME, SERVICE_INSTANCE_ID, SERVICE_
 from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
 
-from looptrace._aggregator import Aggregator
-from looptrace._app_metrics import ReaderHooks
-from looptrace._clock import Clock, MonotonicClock
-from looptrace._device import CudaEventClock, DeviceClock, SyncedClock
-from looptrace._engine import Engine
-from looptrace._errors import ConfigError
-from looptrace._exit import install_exit_flush
-from looptrace._exporters import ExportPipeline, export_pipeline
-from looptrace._files import FLUSH_TIMEOUT_S, FileOutputs, PathLike
-from looptrace._health import Incidents
-from looptrace._ids import StepIdGenerator, StepTraces
+from looptrace._core.clock import Clock, MonotonicClock
+from looptrace._core.device import CudaEventClock, DeviceClock, SyncedClock
+from looptrace._core.engine import Engine
+from looptrace._core.ids import StepIdGenerator, StepTraces
+from looptrace._core.sampling import LapSampler
+from looptrace._distributed.ranks import RankInfo
+from looptrace._export.app_metrics import ReaderHooks
+from looptrace._export.exit import install_exit_flush
+from looptrace._export.exporters import ExportPipeline, export_pipeline
+from looptrace._export.files import FLUSH_TIMEOUT_S, FileOutputs, PathLike
+from looptrace._export.outputs import Outputs
+from looptrace._export.processor import SCOPE, AggregatingSpanProcessor
+from looptrace._export.settings import ExportOptions
 from looptrace._looptrace import Looptrace
-from looptrace._outputs import Outputs
-from looptrace._processor import SCOPE, AggregatingSpanProcessor
-from looptrace._ranks import RankInfo
-from looptrace._sampling import LapSampler
-from looptrace._settings import ExportOptions
-from looptrace._version import version
+from looptrace._stats.aggregator import Aggregator
+from looptrace._stats.errors import ConfigError
+from looptrace._stats.health import Incidents
+from looptrace._stats.version import version
 
 
 def configure(

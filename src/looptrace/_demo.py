@@ -14,13 +14,13 @@ from pathlib import Path
 from opentelemetry.sdk.trace import TracerProvider
 
 from looptrace._configure import configure, looptrace_resource
-from looptrace._errors import ConfigError
+from looptrace._distributed.ranks import RankInfo
 from looptrace._looptrace import Looptrace
-from looptrace._ranks import RankInfo
-from looptrace._reader import load_windows, open_inputs
-from looptrace._snapshot import Snapshot
-from looptrace._summary import render_summary, summarize_spans, summarize_windows
-from looptrace._table import render_table
+from looptrace._offline.reader import load_windows, open_inputs
+from looptrace._offline.summary import render_summary, summarize_spans, summarize_windows
+from looptrace._offline.table import render_table
+from looptrace._stats.errors import ConfigError
+from looptrace._stats.snapshot import Snapshot
 from looptrace.testing import FakeClock
 
 SPAN_FILE = "spans.jsonl"
@@ -209,7 +209,7 @@ def demo_report(result: DemoResult) -> str:
 def _summary(result: DemoResult) -> str:
     """Return the summary of the span file (exact), else of the snapshot file."""
     if result.span_file is not None:
-        from looptrace._span_records import load_spans  # noqa: PLC0415 - needs the extra
+        from looptrace._offline.span_records import load_spans  # noqa: PLC0415 - needs the extra
 
         _, files = open_inputs([str(result.span_file)], _ignore)
         return "span file: " + render_summary(summarize_spans(load_spans(files, _ignore)))

@@ -6,15 +6,15 @@ import os
 import weakref
 from collections.abc import Callable
 
-from looptrace._aggregator import Aggregator
-from looptrace._distributed import across_ranks as reduce_across_ranks
-from looptrace._engine import Engine
-from looptrace._health import Health, Incidents
-from looptrace._outputs import Outputs
-from looptrace._processor import AggregatingSpanProcessor
-from looptrace._ranks import RankInfo
-from looptrace._snapshot import Snapshot
-from looptrace._timer import Timer
+from looptrace._core.engine import Engine
+from looptrace._core.timer import Timer
+from looptrace._distributed.across_ranks import across_ranks as reduce_across_ranks
+from looptrace._distributed.ranks import RankInfo
+from looptrace._export.outputs import Outputs
+from looptrace._export.processor import AggregatingSpanProcessor
+from looptrace._stats.aggregator import Aggregator
+from looptrace._stats.health import Health, Incidents
+from looptrace._stats.snapshot import Snapshot
 
 
 class Looptrace:

@@ -22,9 +22,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from looptrace._configure import configure
-from looptrace._ids import StepIdGenerator
+from looptrace._core.ids import StepIdGenerator
+from looptrace._distributed.ranks import RankInfo
 from looptrace._looptrace import Looptrace
-from looptrace._ranks import RankInfo
 
 __all__ = [
     "Capture",

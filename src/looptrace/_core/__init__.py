@@ -1,0 +1,1 @@
+"""The hot path: timers, the lap engine and its data model, clocks, sampling, ids, device events."""

@@ -1,0 +1,415 @@
+"""Running intervals per thread: starting, ending, nesting, and cutting them at `reset()`."""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import TYPE_CHECKING
+
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.trace import Status, StatusCode
+
+from looptrace._core.clock import Clock, EpochAnchor
+from looptrace._core.device import DeviceClock, DeviceTiming
+from looptrace._core.ids import StepTraces
+from looptrace._core.intervals import Holder, Interval, ThreadState
+from looptrace._core.sampling import LapSampler
+from looptrace._stats.aggregator import FOLD_AT, Aggregator
+from looptrace._stats.attributes import PATH, STEP
+from looptrace._stats.health import Incidents
+
+if TYPE_CHECKING:
+    from looptrace._core.timer import Timer
+
+
+class Engine:
+    """Shared machinery of one `Looptrace`: clock, tracing, and every thread's timers.
+
+    Lock order: the aggregator's lock before any thread state's lock.
+    """
+
+    def __init__(
+        self,
+        *,
+        clock: Clock,
+        aggregator: Aggregator,
+        tracer: trace.Tracer | None,
+        sampler: LapSampler,
+        step_traces: StepTraces | None = None,
+        span_attributes: dict[str, int],
+        incidents: Incidents,
+        device_clock: DeviceClock | None = None,
+    ) -> None:
+        self.now = clock.monotonic_ns
+        self.anchor = EpochAnchor(clock)
+        self.aggregator = aggregator
+        self.tracer = tracer
+        self.sampler = sampler
+        self.step_traces = step_traces
+        self.span_attributes = span_attributes
+        self.incidents = incidents
+        self.closed = False
+        self._attributes: dict[Timer, dict[str, str | int]] = {}
+        self.local = threading.local()
+        self._states: dict[int, ThreadState] = {}
+        self._states_lock = threading.Lock()
+        self.device = DeviceTiming(device_clock, tracer, self.anchor, incidents, self._span_base)
+
+    # -- thread states -------------------------------------------------------------------
+
+    def state(self) -> ThreadState:
+        """Return the calling thread's state, creating it on first use."""
+        try:
+            return self.local.state  # type: ignore[no-any-return]
+        except AttributeError:
+            pass
+        state = ThreadState()
+        holder = Holder(state)
+        finalizer = weakref.finalize(holder, self._thread_exited, state)
+        finalizer.atexit = False
+        with self._states_lock:
+            self._states[id(state)] = state
+        self.local.holder = holder
+        self.local.state = state
+        return state
+
+    def steps_done(self) -> int | None:
+        """Return how many outermost laps the calling thread has completed (None: no laps).
+
+        With several outermost timers, the largest count. It is the step a `reset()` window
+        closes at: the spans of that window have `looptrace.step` below it.
+        """
+        state: ThreadState | None = getattr(self.local, "state", None)
+        if state is None:
+            return None
+        running = {interval.node for interval in state.tops}
+        done = [node.laps - (timer in running) for timer, node in state.nodes.items() if node.laps]
+        return max(done, default=None)
+
+    def merge_pending(self, state: ThreadState) -> None:
+        """Merge a thread's pending measurements into the window (bounds memory)."""
+        aggregator = self.aggregator
+        with aggregator.lock:
+            with state.lock:
+                batches = state.detach_all()
+            for batch in batches:
+                aggregator.merge(*batch)
+
+    def close_window(self, now: int) -> None:
+        """Cut every running interval at `now` and merge everything measured before it.
+
+        The caller holds the aggregator's lock, so no measurement after the cut can reach
+        this window.
+        """
+        with self._states_lock:
+            states = list(self._states.values())
+        aggregator = self.aggregator
+        for state in states:
+            with state.lock:
+                for top in state.tops:
+                    self.cut(state, top, now)
+                batches = self._drain(state)
+            for batch in batches:
+                aggregator.merge(*batch)
+
+    def _thread_exited(self, state: ThreadState) -> None:
+        """Close what a finished thread left running, so it is not carried into later windows."""
+        aggregator = self.aggregator
+        with aggregator.lock:
+            with state.lock:
+                now = self.now()
+                for top in reversed(state.tops):
+                    self.end(state, top, now)
+                batches = self._drain(state)
+            for batch in batches:
+                aggregator.merge(*batch)
+        with self._states_lock:
+            self._states.pop(id(state), None)
+
+    def _drain(self, state: ThreadState) -> list[tuple[str, list[int], int, int]]:
+        """Wait for the thread's device events and hand over all it measured; holds its lock."""
+        if state.device is not None:
+            self.device.resolve(state, wait=True)
+        return state.detach_all()
+
+    def after_fork_in_child(self) -> None:
+        """Keep only the forking thread's state, with fresh locks and nothing counted yet."""
+        state: ThreadState | None = getattr(self.local, "state", None)
+        self._states_lock = threading.Lock()
+        self._states = {}
+        if state is None:
+            return
+        state.lock = threading.Lock()
+        state.detach_all()
+        self._states[id(state)] = state
+        now = self.now()
+        pending = list(state.tops)
+        while pending:
+            interval = pending.pop()
+            interval.seg_start, interval.seg_child = now, 0
+            interval.span = interval.context = None
+            interval.device = None  # a forked child cannot use its parent's device context
+            pending.extend(interval.children)
+        state.device = None
+
+    # -- intervals -----------------------------------------------------------------------
+
+    def parent_for(self, state: ThreadState, node: Timer) -> Interval | None:
+        """Return the innermost running interval of the nearest running ancestor of `node`."""
+        ancestor = node.parent
+        nodes = state.nodes
+        while ancestor is not None:
+            found = nodes.get(ancestor)
+            if found is not None and found.stack:
+                return found.stack[-1]
+            ancestor = ancestor.parent
+        return None
+
+    def start(self, state: ThreadState, node: Timer, now: int, parent: Interval | None) -> Interval:
+        """Start an interval of `node` at `now`, nested in `parent` (None: a new outermost lap)."""
+        node_state = state.nodes.get(node) or state.node(node)
+        if parent is None:
+            step = node_state.laps
+            node_state.laps = step + 1
+            context = self._lap_context(node, step)
+        else:
+            step = parent.step
+            no_trace = parent.span is None and parent.device is None
+            context = None if no_trace else self._child_context(parent)
+        if node.device and self.device.available():
+            interval = Interval(node, node_state, parent, now, step, None)
+            self.device.open(state, interval, context, now)
+        else:
+            thread = state.thread if parent is None else None  # sections share their lap's
+            span = None if context is None else self._start_span(node, context, now, step, thread)
+            interval = Interval(node, node_state, parent, now, step, span)
+        if parent is None:
+            if context is not None and self.step_traces is not None:
+                self.step_traces.done()  # a device lap's span comes later, without pinned ids
+            state.tops.append(interval)
+        else:
+            parent.children.append(interval)
+        node_state.stack.append(interval)
+        return interval
+
+    def _lap_context(self, node: Timer, step: int) -> Context | None:
+        """Return the parent context of a traced outermost lap, None when it is not traced."""
+        if self.tracer is None or not self.sampler(step):
+            return None
+        if self.step_traces is None:
+            return Context()
+        return self.step_traces.context_for(node.path, step)
+
+    def _child_context(self, parent: Interval) -> Context | None:
+        """Return the parent context of a section of a traced interval, else None."""
+        if parent.span is not None:
+            context = parent.context
+            if context is None:
+                context = parent.context = trace.set_span_in_context(parent.span, Context())
+            return context
+        if parent.device is not None and parent.device.span is not None:
+            return self._host_context(parent)
+        return None
+
+    def end(
+        self, state: ThreadState, interval: Interval, now: int, error: BaseException | None = None
+    ) -> None:
+        """End `interval` at `now`, its running descendants first (innermost first)."""
+        children = interval.children
+        while children:
+            self.end(state, children[-1], now)
+        duration = now - interval.seg_start
+        node_state = interval.state
+        if interval.device is None:
+            node_state.durations.append(duration)
+            node_state.self_ns += duration - interval.seg_child
+            if error is not None:
+                node_state.errors += 1
+            if len(node_state.durations) >= FOLD_AT:
+                state.full = True
+        else:
+            self.device.close(state, interval, error)
+        parent = interval.parent
+        if parent is None:
+            state.tops.remove(interval)
+        else:
+            parent.children.remove(interval)
+            parent.seg_child += duration
+        stack = node_state.stack
+        if stack[-1] is interval:
+            stack.pop()
+        else:
+            stack.remove(interval)
+        if interval.span is not None:
+            self._end_span(interval.span, now, error)
+        if parent is None and state.device is not None and state.device.pending:
+            self.device.resolve(state, wait=False)
+
+    def lap(self, state: ThreadState, interval: Interval, now: int) -> None:
+        """End `interval` and start the next one of its timer at the same instant.
+
+        When neither the ended nor the next interval is traced or held by a section entry,
+        the object is reused in place: the result equals `end()` then `start()`.
+        """
+        node = interval.node
+        parent = self.parent_for(state, node)
+        node_state = interval.state
+        in_place = (
+            not interval.held
+            and interval.span is None
+            and interval.device is None
+            and parent is interval.parent
+        )
+        if in_place:
+            if parent is None:
+                in_place = self.tracer is None or not self.sampler(node_state.laps)
+            else:
+                in_place = self._child_context(parent) is None
+        if not in_place:
+            self.end(state, interval, now)
+            self.start(state, node, now, parent)
+            return
+        children = interval.children
+        while children:
+            self.end(state, children[-1], now)
+        duration = now - interval.seg_start
+        node_state.durations.append(duration)
+        node_state.self_ns += duration - interval.seg_child
+        if len(node_state.durations) >= FOLD_AT:
+            state.full = True
+        if parent is None:
+            interval.step = node_state.laps
+            node_state.laps += 1
+            if state.device is not None and state.device.pending:
+                self.device.resolve(state, wait=False)
+        else:
+            parent.seg_child += duration
+        interval.seg_start = now
+        interval.seg_child = 0
+
+    def switch(self, state: ThreadState, current: Interval, child: Timer, now: int) -> bool:
+        """Do `record(child)` in place when `current` runs exactly one untraced leaf section.
+
+        The common step of a loop (`data` -> `forward` -> `backward`) ends that section and
+        reuses its interval object for `child`, with no allocation and no list surgery; the
+        result is the same as `end()` followed by `start()`. Returns False, changing nothing,
+        when the general path is needed.
+        """
+        children = current.children
+        if len(children) != 1 or current.span is not None or current.device is not None:
+            return False
+        sibling = children[0]
+        if sibling.children or sibling.held or sibling.device is not None or child.device:
+            return False
+        ended = sibling.state
+        if sibling.node is child:
+            target = ended
+        else:
+            found = state.nodes.get(child)
+            if found is None or found.stack:
+                return False
+            target = found
+        stack = ended.stack
+        if stack[-1] is not sibling:
+            return False
+        duration = now - sibling.seg_start
+        ended.durations.append(duration)
+        ended.self_ns += duration - sibling.seg_child
+        if len(ended.durations) >= FOLD_AT:
+            state.full = True
+        current.seg_child += duration
+        stack.pop()
+        sibling.node = child
+        sibling.state = target
+        sibling.seg_start = now
+        sibling.seg_child = 0
+        target.stack.append(sibling)
+        return True
+
+    def switch_to(self, state: ThreadState, owner: Timer, child: Timer, now: int) -> Interval:
+        """Make `owner` run (starting it if needed) with no section but `child` running.
+
+        Returns the owner's innermost running interval, the parent for `child`.
+        """
+        mine = state.nodes.get(owner)
+        if mine is not None and mine.stack:
+            current = mine.stack[-1]
+        else:
+            current = self.start(state, owner, now, self.parent_for(state, owner))
+        # Ending a sibling removes only that sibling from the list, behind this iterator.
+        for sibling in reversed(current.children):
+            if sibling.node is not child:
+                self.end(state, sibling, now)
+        return current
+
+    def cut(self, state: ThreadState, interval: Interval, now: int) -> None:
+        """Count the part of a running interval before `now`; the rest goes to the next window."""
+        for child in interval.children:
+            self.cut(state, child, now)
+        duration = now - interval.seg_start
+        if duration > 0:
+            if interval.device is None:
+                node_state = interval.state
+                node_state.durations.append(duration)
+                node_state.self_ns += duration - interval.seg_child
+            else:
+                self.device.cut(state, interval)
+            if interval.parent is not None:
+                interval.parent.seg_child += duration
+        interval.seg_start = now
+        interval.seg_child = 0
+
+    def _host_context(self, interval: Interval) -> Context:
+        """Return the span context of the nearest host-traced ancestor (device spans wait)."""
+        found: Interval | None = interval
+        while found is not None and found.span is None:
+            found = found.parent
+        if found is None or found.span is None:
+            return Context()
+        if found.context is None:
+            found.context = trace.set_span_in_context(found.span, Context())
+        return found.context
+
+    # -- spans ---------------------------------------------------------------------------
+
+    def _start_span(
+        self,
+        node: Timer,
+        context: Context,
+        now: int,
+        step: int,
+        thread: dict[str, str | int] | None = None,
+    ) -> trace.Span | None:
+        assert self.tracer is not None
+        attributes = {**self._span_base(node), STEP: step}
+        if thread is not None:
+            attributes.update(thread)
+        try:
+            return self.tracer.start_span(
+                node.name,
+                context=context,
+                attributes=attributes,
+                start_time=self.anchor.epoch_ns(now),
+                record_exception=False,
+                set_status_on_exception=False,
+            )
+        except Exception:  # a failing processor must not break the loop: time it untraced
+            self.incidents.failed("span start")
+            return None
+
+    def _span_base(self, node: Timer) -> dict[str, str | int]:
+        base = self._attributes.get(node)
+        if base is None:
+            base = self._attributes[node] = {PATH: node.path, **self.span_attributes}
+        return base
+
+    def _end_span(self, span: trace.Span, now: int, error: BaseException | None) -> None:
+        end_ns = self.anchor.epoch_ns(now)
+        try:
+            if error is not None:
+                span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
+                span.record_exception(error, timestamp=end_ns)
+            span.end(end_time=end_ns)
+        except Exception:
+            self.incidents.failed("span end")

@@ -1,0 +1,121 @@
+"""Per-thread timer state: running intervals, their nesting, and pending measurements."""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING
+
+from opentelemetry import trace
+from opentelemetry.context import Context
+
+from looptrace._stats.attributes import THREAD_ID, THREAD_NAME
+
+if TYPE_CHECKING:
+    from looptrace._core.device import DeviceQueue, DeviceTrack
+    from looptrace._core.timer import Timer
+
+
+class NodeState:
+    """One timer in one thread: its running intervals, laps, and measurements not yet merged."""
+
+    __slots__ = ("durations", "errors", "held", "laps", "path", "self_ns", "stack")
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.stack: list[Interval] = []
+        self.held: list[Interval] = []  # entries of `with section:` / `start()`, to end on exit
+        self.laps = 0
+        self.durations: list[int] = []
+        self.self_ns = 0
+        self.errors = 0
+
+    def detach(self) -> tuple[str, list[int], int, int]:
+        """Hand over the pending measurements as one batch and start collecting anew."""
+        batch = (self.path, self.durations, self.self_ns, self.errors)
+        self.durations, self.self_ns, self.errors = [], 0, 0
+        return batch
+
+
+class Interval:
+    """One running measurement of a timer in one thread.
+
+    `seg_start` and `seg_child` describe the part inside the current reset window: `reset()`
+    moves `seg_start` to the cut and zeroes `seg_child`, the children's time in that part.
+    A section entry keeps its interval as a token to end on exit, so `held` intervals are
+    never recycled by `Engine.switch`.
+    """
+
+    __slots__ = (
+        "children",
+        "context",
+        "device",
+        "held",
+        "node",
+        "parent",
+        "seg_child",
+        "seg_start",
+        "span",
+        "state",
+        "step",
+    )
+
+    def __init__(  # noqa: PLR0917 - positional: one is made per section, on the hot path
+        self,
+        node: Timer,
+        state: NodeState,
+        parent: Interval | None,
+        now: int,
+        step: int,
+        span: trace.Span | None,
+    ) -> None:
+        self.node = node
+        self.state = state
+        self.parent = parent
+        self.children: list[Interval] = []
+        self.seg_start = now
+        self.seg_child = 0
+        self.step = step
+        self.span = span
+        self.held = False  # a section entry holds this object: never reuse it in place
+        self.context: Context | None = None  # `span` as a parent, made on first use
+        self.device: DeviceTrack | None = None  # events of a device-timed interval
+
+
+class ThreadState:
+    """The timers of one thread; only `reset()` and thread exit contend for its lock."""
+
+    __slots__ = ("device", "full", "lock", "nodes", "thread", "tops")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.nodes: dict[Timer, NodeState] = {}
+        self.tops: list[Interval] = []
+        self.full = False  # some node holds FOLD_AT measurements: merge after the call
+        self.device: DeviceQueue | None = None  # device segments waiting for their events
+        # Made in the thread it describes. Outermost lap spans carry it (their sections are in
+        # the same thread), so viewers can lay threads apart.
+        self.thread: dict[str, str | int] = {
+            THREAD_ID: threading.get_ident(),
+            THREAD_NAME: threading.current_thread().name,
+        }
+
+    def node(self, timer: Timer) -> NodeState:
+        """Return the state of `timer` in this thread, creating it on first use."""
+        state = self.nodes.get(timer)
+        if state is None:
+            state = self.nodes[timer] = NodeState(timer.path)
+        return state
+
+    def detach_all(self) -> list[tuple[str, list[int], int, int]]:
+        """Hand over every pending batch; the caller holds `lock`."""
+        self.full = False
+        return [node.detach() for node in self.nodes.values() if node.durations]
+
+
+class Holder:
+    """Lives in the thread-local slot; when the thread exits it dies and closes the state."""
+
+    __slots__ = ("__weakref__", "state")
+
+    def __init__(self, state: ThreadState) -> None:
+        self.state = state

@@ -1,0 +1,278 @@
+"""Hierarchical lap timers: `record()`, `stop()`, and sections as context managers/decorators."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable, Iterator
+from types import TracebackType
+from typing import ParamSpec, TypeVar
+
+from looptrace._core.engine import Engine
+from looptrace._core.intervals import Interval, ThreadState
+from looptrace._core.iterate import laps
+from looptrace._stats.errors import TimerError
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class Timer:
+    """A named timer at a dotted path (`root.training`), with child timers as its sections.
+
+    Lap state lives per thread in the engine, so one timer can be shared by threads and used
+    recursively; the object itself holds only its name and children.
+    """
+
+    __slots__ = (
+        "__weakref__",
+        "_children",
+        "_engine",
+        "_section",
+        "device",
+        "name",
+        "parent",
+        "path",
+    )
+
+    def __init__(
+        self, engine: Engine, name: str, parent: Timer | None, *, device: bool = False
+    ) -> None:
+        self._engine = engine
+        self.name = name
+        self.device = device
+        self.parent = parent
+        self.path: str = name if parent is None else f"{parent.path}.{name}"
+        self._children: dict[str, Timer] = {}
+        self._section: Section | None = None
+
+    def __repr__(self) -> str:
+        return f"Timer({self.path!r})"
+
+    def timer(self, name: str, *, device: bool | None = None) -> Timer:
+        """Return the child timer `name` (the same object on every call).
+
+        `device=True` makes it time on the GPU with CUDA events (see the README, "GPU
+        time"); the choice is made when the timer is first created.
+        """
+        child = self._children.get(name)
+        if child is None:
+            self._check_name(name)
+            child = self._children.setdefault(
+                name, Timer(self._engine, name, self, device=bool(device))
+            )
+        elif device is not None and device != child.device:
+            raise TimerError(
+                f"timer {child.path!r} already times on the {'device' if child.device else 'host'}"
+            )
+        return child
+
+    @property
+    def running(self) -> bool:
+        """Whether this timer has a running interval in the calling thread."""
+        mine = self._engine.state().nodes.get(self)
+        return mine is not None and bool(mine.stack)
+
+    def record(self, name: str | None = None) -> None:
+        """Lap this timer, or switch it to section `name`.
+
+        `record()` ends the running interval (one measurement) and starts the next at the same
+        instant, or starts one on a stopped timer. `record(name)` starts this timer if needed,
+        ends the running sibling sections, and starts `name` (lapping it if it was running).
+        """
+        child = None if name is None else self._children.get(name) or self.timer(name)
+        engine = self._engine
+        if engine.closed:
+            engine.incidents.misused("closed", f"{self.path}.record() after shutdown()")
+            return
+        try:
+            state: ThreadState = engine.local.state
+        except AttributeError:
+            state = engine.state()
+        lock = state.lock
+        lock.acquire()  # not `with`: this is the hot path, and half the cost
+        try:
+            now = engine.now()
+            mine = state.nodes.get(self)
+            stack = None if mine is None else mine.stack
+            if child is None:
+                if stack:
+                    engine.lap(state, stack[0], now)
+                else:
+                    engine.start(state, self, now, engine.parent_for(state, self))
+            elif not (stack and engine.switch(state, stack[-1], child, now)):
+                current = engine.switch_to(state, self, child, now)
+                running = state.nodes.get(child)
+                if running is not None and running.stack:
+                    engine.end(state, running.stack[0], now)
+                engine.start(state, child, now, current)
+        finally:
+            lock.release()
+        if state.full:
+            engine.merge_pending(state)
+
+    def stop(self) -> None:
+        """End the running interval (and its sections) without starting a new one."""
+        engine = self._engine
+        if engine.closed:
+            engine.incidents.misused("closed", f"{self.path}.stop() after shutdown()")
+            return
+        state = engine.state()
+        with state.lock:
+            mine = state.nodes.get(self)
+            was_running = mine is not None and bool(mine.stack)
+            if mine is not None and mine.stack:
+                engine.end(state, mine.stack[0], engine.now())
+        if not was_running:
+            engine.incidents.misused("stopped", f"{self.path}.stop() on a stopped timer")
+        if state.full:
+            engine.merge_pending(state)
+
+    def section(self, name: str) -> Section:
+        """Return section `name` of this timer: a context manager, decorator, or start/stop pair.
+
+        Entering it is `record(name)`, except that entering a section that is already running
+        in this thread (recursion) nests a new interval instead of lapping it. Leaving it ends
+        that interval only; this timer keeps running.
+        """
+        child = self._children.get(name) or self.timer(name)
+        section = child._section
+        if section is None:
+            section = child._section = Section(self, child)
+        return section
+
+    def iterate(self, iterable: Iterable[R], section: str = "data") -> Iterator[R]:
+        """Yield the items of `iterable`, one lap of this timer each, the fetch timed as `section`.
+
+        `for batch in train.iterate(loader):` measures the wait for every batch; the timer
+        stops when the iterable is exhausted (see the README, "Use", for `break` and errors).
+        """
+        return laps(self, iterable, self.section(section))
+
+    def timed(self, name: str | None = None) -> Callable[[Callable[P, R]], Callable[P, R]]:
+        """Decorate a function so each call is a section (default name: the function's)."""
+
+        def decorate(func: Callable[P, R]) -> Callable[P, R]:
+            section_name = name if name is not None else func.__qualname__.rsplit(".", 1)[-1]
+            return self.section(section_name)(func)
+
+        return decorate
+
+    def _enter(self, child: Timer, *, hold: bool) -> Interval | None:
+        """Enter section `child`; with `hold`, push it on the thread's entries of `child`."""
+        engine = self._engine
+        if engine.closed:
+            engine.incidents.misused("closed", f"{child.path} entered after shutdown()")
+            return None
+        try:
+            state: ThreadState = engine.local.state
+        except AttributeError:
+            state = engine.state()
+        lock = state.lock
+        lock.acquire()  # not `with`: this is the hot path, and half the cost
+        try:
+            now = engine.now()
+            running = state.nodes.get(child)
+            if running is not None and running.stack:
+                interval = engine.start(state, child, now, running.stack[-1])
+            else:
+                current = engine.switch_to(state, self, child, now)
+                interval = engine.start(state, child, now, current)
+            interval.held = True
+            if hold:
+                interval.state.held.append(interval)
+            return interval
+        finally:
+            lock.release()
+
+    def _exit(self, child: Timer, interval: Interval | None, error: BaseException | None) -> None:
+        """Leave an entry of section `child`: `interval`, or (None) the thread's latest held one."""
+        engine = self._engine
+        try:
+            state: ThreadState = engine.local.state
+        except AttributeError:
+            state = engine.state()
+        lock = state.lock
+        lock.acquire()  # not `with`: this is the hot path, and half the cost
+        try:
+            if interval is None:
+                node = state.nodes.get(child)
+                interval = node.held.pop() if node is not None and node.held else None
+            # A lap or sibling switch inside the block may have ended it already.
+            if interval is not None and not engine.closed:
+                stack = interval.state.stack
+                if (stack and stack[-1] is interval) or interval in stack:
+                    engine.end(state, interval, engine.now(), error)
+        finally:
+            lock.release()
+        if interval is None and not engine.closed:
+            engine.incidents.misused(
+                "stopped", f"section {child.path!r} stopped more often than started"
+            )
+        if state.full:
+            engine.merge_pending(state)
+
+    @staticmethod
+    def _check_name(name: object) -> None:
+        if not isinstance(name, str):
+            raise TimerError(f"a section name must be a str, got {type(name).__name__} {name!r}")
+        if not name:
+            raise TimerError("a section name must not be empty")
+        if "." in name:
+            raise TimerError(f"section name {name!r} contains '.', which separates path levels")
+
+
+class Section:
+    """One section of a timer, usable as `with`, as `@decorator`, or by `start()`/`stop()`.
+
+    The object holds no per-entry state: entries are kept per thread by the engine, so one
+    object serves every thread and recursion. `timer.section(name)` returns the same object
+    on every call.
+    """
+
+    __slots__ = ("_owner", "timer")
+
+    def __init__(self, owner: Timer, timer: Timer) -> None:
+        self._owner = owner
+        self.timer = timer
+
+    def __repr__(self) -> str:
+        return f"Section({self.timer.path!r})"
+
+    def start(self) -> None:
+        """Enter the section (like `record(name)` on its timer)."""
+        self._owner._enter(self.timer, hold=True)
+
+    def stop(self) -> None:
+        """Leave the section entered last by this thread."""
+        self._owner._exit(self.timer, None, None)
+
+    def __enter__(self) -> Section:
+        self._owner._enter(self.timer, hold=True)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self._owner._exit(self.timer, None, exc)
+
+    def __call__(self, func: Callable[P, R]) -> Callable[P, R]:
+        """Wrap `func` so that every call is one entry of this section."""
+        owner, timer = self._owner, self.timer
+
+        @functools.wraps(func)
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+            interval = owner._enter(timer, hold=False)
+            try:
+                result = func(*args, **kwargs)
+            except BaseException as error:
+                if interval is not None:
+                    owner._exit(timer, interval, error)
+                raise
+            if interval is not None:
+                owner._exit(timer, interval, None)
+            return result
+
+        return wrapper

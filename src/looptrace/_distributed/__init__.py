@@ -1,0 +1,1 @@
+"""Ranks from the launcher's environment and cross-rank statistics."""

@@ -1,0 +1,179 @@
+"""The collectives of cross-rank statistics: `all_reduce`s of vectors over the agreed paths.
+
+Imported only once the program has imported `torch.distributed` (see
+`looptrace._distributed.across_ranks`).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from looptrace._distributed.path_table import PathTable
+from looptrace._stats.snapshot import Snapshot
+from looptrace._stats.spread import SPREAD_STATS, RankSpread, SectionSpread
+
+# Absent (or present) ranks of a path found one per MIN round up to this many; a path with
+# more on both sides is settled by one bitmap of the world's ranks instead.
+LISTED = 8
+_STATS = len(SPREAD_STATS)
+_TABLE = PathTable()
+_LOCK = threading.Lock()
+
+
+@dataclass
+class Traffic:
+    """What this process's cross-rank reductions moved: collective calls and payload bytes.
+
+    `bytes` adds up the tensor each `all_reduce` call takes and returns in place, i.e. what a
+    rank contributes to and receives from the collective.
+    """
+
+    calls: int = 0
+    bytes: int = 0
+
+
+TRAFFIC = Traffic()
+
+
+class _Wire:
+    """The collectives of one reduction, on the backend's device, counted in `TRAFFIC`."""
+
+    __slots__ = ("device",)
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+
+    def all_reduce(self, tensor: torch.Tensor, op: dist.ReduceOp.RedOpType) -> None:
+        """Reduce `tensor` in place across the default group."""
+        TRAFFIC.calls += 1
+        TRAFFIC.bytes += tensor.nbytes
+        if tensor.numel() == 0:
+            return
+        if self.device.type == "cpu":
+            dist.all_reduce(tensor, op=op)
+            return
+        moved = tensor.to(self.device)
+        dist.all_reduce(moved, op=op)
+        tensor.copy_(moved.cpu())
+
+
+def reduce(snapshot: Snapshot) -> Snapshot | None:
+    """Return a copy of `snapshot` with `across_ranks`; None without an initialised group."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return None
+    wire = _Wire(_device(str(dist.get_backend())))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    with _LOCK:
+        _TABLE.agree(snapshot, wire.all_reduce, rank=rank, world=world)
+        result = _reduce(snapshot, wire, rank, world)
+    return snapshot._with_across_ranks(result)
+
+
+def _reduce(snapshot: Snapshot, wire: _Wire, rank: int, world: int) -> dict[str, SectionSpread]:
+    """Reduce this rank's statistics over the agreed table; every rank gets the same result."""
+    rows = len(_TABLE)
+    values = [[math.nan] * _STATS for _ in range(rows)]
+    running = [0.0] * rows
+    for path in snapshot:
+        row = _TABLE.index(path)
+        stats = snapshot[path]
+        values[row] = [float(getattr(stats, s)) for s in SPREAD_STATS]
+        running[row] = 1.0
+    local = torch.tensor(values, dtype=torch.float64).view(rows, _STATS)
+    here = torch.tensor(running, dtype=torch.float64)
+    has = ~torch.isnan(local)
+    # highest values and highest negated values (lowest values), absent as -inf
+    extremes = torch.cat([local, -local]).where(torch.cat([has, has]), -math.inf)
+    wire.all_reduce(extremes, dist.ReduceOp.MAX)
+    highest = extremes[:rows]
+    sums = torch.cat([local.where(has, 0.0), has.double(), here.view(-1, 1)], dim=1)
+    wire.all_reduce(sums, dist.ReduceOp.SUM)
+    # the lowest rank holding the highest value: MAX over negated ranks
+    holders = torch.full_like(local, -float(world)).where(~(has & (local == highest)), -rank)
+    wire.all_reduce(holders, dist.ReduceOp.MAX)
+    ranks = [int(n) for n in sums[:, -1].tolist()]
+    absent = _absent(running, ranks, wire, rank, world)
+    top, negated_low = highest.tolist(), extremes[rows:].tolist()
+    totals, slowest = sums.tolist(), holders.tolist()
+    result = {}
+    present = [row for row in range(rows) if ranks[row] > 0]
+    for row in present:
+        per_stat = {}
+        for column, stat in enumerate(SPREAD_STATS):
+            total, count = totals[row][column], totals[row][_STATS + column]
+            per_stat[stat] = (
+                RankSpread(
+                    min=-negated_low[row][column],
+                    max=top[row][column],
+                    mean=total / count,
+                    slowest_rank=-int(slowest[row][column]),
+                )
+                if count > 0
+                else RankSpread(math.nan, math.nan, math.nan, None)
+            )
+        result[_TABLE.names[row]] = SectionSpread(
+            ranks=ranks[row], absent=absent.get(row, ()), **per_stat
+        )
+    if rows > 2 * len(present) + 64:  # paths gone from every rank: forget them alike
+        _TABLE.keep(present)
+    return result
+
+
+def _absent(
+    here: list[float], ranks: list[int], wire: _Wire, rank: int, world: int
+) -> dict[int, tuple[int, ...]]:
+    """Return the absent ranks of every row that some, not all, ranks ran.
+
+    The smaller side (absent or present ranks) is found one rank per MIN round while it has at
+    most `LISTED` ranks, so the bytes do not depend on the world size; rows with more on both
+    sides share one bitmap of the world's ranks.
+    """
+    side: dict[int, bool] = {}  # row -> list the absent ranks (else the present ones)
+    few: list[int] = []
+    many: list[int] = []
+    for row, n in enumerate(ranks):
+        if 0 < n < world:
+            side[row] = world - n <= n
+            (few if min(n, world - n) <= LISTED else many).append(row)
+    found: dict[int, list[int]] = {row: [] for row in side}
+    mine = {row: bool(here[row]) != side[row] for row in side}  # this rank is on the listed side
+    pending = few
+    while pending:
+        wanted = torch.tensor(
+            [-rank if mine[row] and rank not in found[row] else -world for row in pending],
+            dtype=torch.float64,
+        )
+        wire.all_reduce(wanted, dist.ReduceOp.MAX)
+        for row, value in zip(pending, wanted.tolist(), strict=True):
+            found[row].append(-int(value))
+        pending = [row for row in pending if len(found[row]) < min(ranks[row], world - ranks[row])]
+    if many:
+        bits = torch.zeros((len(many), (world + 7) // 8), dtype=torch.uint8)
+        for i, row in enumerate(many):
+            if mine[row]:
+                bits[i, rank // 8] = 1 << (rank % 8)
+        wire.all_reduce(bits, dist.ReduceOp.SUM)  # one writer per bit: the sum is the union
+        for i, row in enumerate(many):
+            flags = bits[i].tolist()
+            found[row] = [r for r in range(world) if flags[r // 8] >> (r % 8) & 1]
+    absent = {}
+    for row, listed in found.items():
+        absent[row] = tuple(sorted(listed)) if side[row] else _others(listed, world)
+    return absent
+
+
+def _others(ranks: list[int], world: int) -> tuple[int, ...]:
+    chosen = set(ranks)
+    return tuple(r for r in range(world) if r not in chosen)
+
+
+def _device(backend: str) -> torch.device:
+    """Return where the backend's collectives take tensors: CPU for gloo and MPI, else CUDA."""
+    if "gloo" in backend or backend == "mpi":
+        return torch.device("cpu")
+    return torch.device("cuda", torch.cuda.current_device())

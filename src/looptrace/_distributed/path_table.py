@@ -1,0 +1,124 @@
+"""The table of section paths that every rank of a job agrees on, grown by the paths new to it.
+
+Cross-rank statistics are vectors indexed by this table, so the ranks must hold the same
+table, in the same order, whenever they reduce. Paths the table lacks are exchanged through
+a hashed slot vector (`all_reduce` MIN of the lowest rank claiming each slot), then the claimed
+names in one byte buffer (`all_reduce` SUM, one writer per row): the bytes depend on how many
+paths are new, never on the world size. Two names hashed to one slot are a collision the
+next round resolves: the losing name is still new and claims a slot again.
+
+Each reduction starts with a fingerprint of the table (MAX of it and of its negation): when
+the ranks disagree (a rank joined afresh, a collective failed half-way), every rank clears its
+table and the exchange starts again from nothing.
+
+Imported only once the program has imported `torch.distributed` (see
+`looptrace._distributed.across_ranks`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Iterable, Sequence
+
+import torch
+import torch.distributed as dist
+
+# An all_reduce that counts what it moves: (tensor, op) -> None, in place.
+AllReduce = Callable[[torch.Tensor, dist.ReduceOp.RedOpType], None]
+
+_MIN_SLOTS = 8
+_SLOTS_PER_NAME = 4  # a sparse slot vector keeps collisions rare
+
+
+def _digest(data: bytes) -> int:
+    """Return a non-negative 62-bit hash of `data`, the same in every process."""
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "big") >> 2
+
+
+class PathTable:
+    """The paths all ranks have agreed on, in agreement order, and the fingerprint of that list."""
+
+    __slots__ = ("_fingerprint", "_index", "_names")
+
+    def __init__(self) -> None:
+        self._names: list[str] = []
+        self._index: dict[str, int] = {}
+        self._fingerprint = 0
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    @property
+    def names(self) -> Sequence[str]:
+        """Return the paths, in table order."""
+        return self._names
+
+    def index(self, path: str) -> int:
+        """Return the row of `path`, which must be in the table."""
+        return self._index[path]
+
+    def clear(self) -> None:
+        """Forget every path."""
+        self._names, self._index, self._fingerprint = [], {}, 0
+
+    def keep(self, rows: Iterable[int]) -> None:
+        """Keep only the paths of `rows`, in table order (every rank must pass the same rows)."""
+        kept = [self._names[row] for row in sorted(rows)]
+        self.clear()
+        self._add(kept)
+
+    def agree(self, paths: Iterable[str], all_reduce: AllReduce, *, rank: int, world: int) -> None:
+        """Add every rank's `paths` that the table lacks; a collective, the same on every rank."""
+        local = list(paths)
+        while True:
+            new = sorted({path for path in local if path not in self._index})
+            encoded = [json.dumps(path).encode() for path in new]  # no NUL byte inside
+            width = max(map(len, encoded), default=0)
+            header = torch.tensor(
+                [len(new), width, self._fingerprint, -self._fingerprint], dtype=torch.int64
+            )
+            all_reduce(header, dist.ReduceOp.MAX)
+            count, width, highest, negated_lowest = (int(v) for v in header.tolist())
+            if highest != -negated_lowest:
+                self.clear()
+                continue
+            if count == 0:
+                return
+            self._add(self._exchange(encoded, count, width, all_reduce, rank=rank, world=world))
+
+    def _exchange(
+        self,
+        encoded: list[bytes],
+        count: int,
+        width: int,
+        all_reduce: AllReduce,
+        *,
+        rank: int,
+        world: int,
+    ) -> list[str]:
+        """Return the new names that won a slot this round, decoded, on every rank alike."""
+        slots = max(_MIN_SLOTS, 1 << (count * _SLOTS_PER_NAME - 1).bit_length())
+        owner = torch.full((slots,), world, dtype=torch.int64)
+        mine: dict[int, bytes] = {}
+        for name in encoded:
+            slot = _digest(name) % slots
+            if slot not in mine:  # a second local name on a slot waits for the next round
+                mine[slot] = name
+                owner[slot] = rank
+        all_reduce(owner, dist.ReduceOp.MIN)
+        claimed = [slot for slot, who in enumerate(owner.tolist()) if who < world]
+        rows = torch.zeros((len(claimed), width), dtype=torch.uint8)
+        for row, slot in enumerate(claimed):
+            if slot in mine and int(owner[slot]) == rank:
+                data = torch.frombuffer(bytearray(mine[slot]), dtype=torch.uint8)
+                rows[row, : len(data)] = data
+        all_reduce(rows, dist.ReduceOp.SUM)
+        names = [json.loads(bytes(row.tolist()).rstrip(b"\0")) for row in rows]
+        return sorted(names)
+
+    def _add(self, names: Iterable[str]) -> None:
+        for name in names:
+            self._index[name] = len(self._names)
+            self._names.append(name)
+            self._fingerprint = _digest(self._fingerprint.to_bytes(8, "big") + name.encode())

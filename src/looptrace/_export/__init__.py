@@ -1,0 +1,1 @@
+"""Settings and every output: span export, metrics, OTLP, Prometheus, files, exit flush."""

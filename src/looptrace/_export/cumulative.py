@@ -1,0 +1,301 @@
+"""Running totals of every window since `configure()`: the numbers all metric exporters see.
+
+Snapshots are windows (each `reset()` starts from zero); exporters want cumulative series, so
+Prometheus counters only ever grow and a lost OTLP push loses nothing (the next carries the
+totals). Beside the totals each path keeps the exact p50/p90/p99 of the latest window it ran
+in, and per bucket the latest traced span that fell in it (an exemplar). The OTLP push, the
+Prometheus endpoint and an application's metric readers all read this one object; a reader
+that prefers delta temporality gets a `DeltaCursor` of its own.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from opentelemetry.sdk.metrics import Exemplar
+from opentelemetry.sdk.metrics.export import (
+    AggregationTemporality,
+    Gauge,
+    Histogram,
+    HistogramDataPoint,
+    Metric,
+    MetricsData,
+    NumberDataPoint,
+    ResourceMetrics,
+    ScopeMetrics,
+    Sum,
+)
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+
+from looptrace._export.exemplars import ExemplarProcessor, TraceExemplar
+from looptrace._export.metrics import (
+    DROPPED_DESCRIPTION,
+    DROPPED_METRIC,
+    DURATION_DESCRIPTION,
+    DURATION_METRIC,
+    QUANTILE,
+    QUANTILES,
+    SECONDS,
+    SPANS,
+    WINDOW_DESCRIPTION,
+    WINDOW_METRIC,
+    section_attributes,
+)
+from looptrace._stats.buckets import BOUNDARIES_S
+from looptrace._stats.snapshot import SectionStats, Snapshot
+from looptrace._stats.version import version
+
+CUMULATIVE = AggregationTemporality.CUMULATIVE
+DELTA = AggregationTemporality.DELTA
+
+
+@dataclass(slots=True)
+class Series:
+    """Histogram of one section path over the windows added to it."""
+
+    buckets: list[int] = field(default_factory=lambda: [0] * (len(BOUNDARIES_S) + 1))
+    count: int = 0
+    sum: float = 0.0
+    min: float = math.inf
+    max: float = -math.inf
+    quantiles: tuple[float, ...] = ()  # p50, p90, p99 of the latest window with the path
+    exemplars: dict[int, TraceExemplar] = field(default_factory=dict)  # by bucket index
+
+    def add(self, stats: SectionStats) -> None:
+        """Add one window's statistics of the path."""
+        for index, count in enumerate(stats.buckets):
+            self.buckets[index] += count
+        self.count += stats.count
+        self.sum += stats.total
+        self.min = min(self.min, stats.min)
+        self.max = max(self.max, stats.max)
+        if stats.count:
+            self.quantiles = tuple(getattr(stats, name) for _, name in QUANTILES)
+
+    def copy(self) -> Series:
+        """Return an independent copy."""
+        return Series(
+            list(self.buckets),
+            self.count,
+            self.sum,
+            self.min,
+            self.max,
+            self.quantiles,
+            dict(self.exemplars),
+        )
+
+
+@dataclass(slots=True)
+class Totals:
+    """Series per path over the windows from `start_ns` to `time_ns`."""
+
+    start_ns: int | None = None
+    time_ns: int = 0
+    series: dict[str, Series] = field(default_factory=dict)
+
+    def add(self, snapshot: Snapshot, exemplars: dict[str, dict[int, TraceExemplar]]) -> None:
+        """Add one window and the exemplars of the spans that ended in it."""
+        if self.start_ns is None:
+            self.start_ns = snapshot.start_ns
+        self.time_ns = max(self.time_ns, snapshot.end_ns)
+        for path, stats in snapshot.items():
+            series = self.series.get(path)
+            if series is None:
+                series = self.series[path] = Series()
+            series.add(stats)
+        for path, buckets in exemplars.items():
+            series = self.series.get(path)
+            if series is not None:
+                series.exemplars.update((i, e) for i, e in buckets.items() if series.buckets[i])
+
+
+class DeltaCursor:
+    """What was added since the previous `take()`, for a reader that wants delta temporality."""
+
+    def __init__(self, histograms: CumulativeHistograms) -> None:
+        self._histograms = histograms
+        self.pending = Totals()
+        self._dropped = 0
+        self._last_ns: int | None = None
+
+    def take(self) -> tuple[Totals, int]:
+        """Return the windows added since the last take and the spans dropped meanwhile.
+
+        Nothing is taken while no window was added (`start_ns` None). The caller holds the
+        histograms' lock.
+        """
+        if self.pending.start_ns is None:
+            return self.pending, 0
+        taken, self.pending = self.pending, Totals()
+        if self._last_ns is not None:
+            taken.start_ns = self._last_ns
+        self._last_ns = taken.time_ns
+        dropped = self._histograms.dropped_spans()
+        delta, self._dropped = dropped - self._dropped, dropped
+        return taken, delta
+
+
+class CumulativeHistograms:
+    """Adds up the windows of one `Looptrace` and renders them as OpenTelemetry metrics data."""
+
+    def __init__(
+        self,
+        resource: Resource,
+        attributes: dict[str, int],
+        dropped_spans: Callable[[], int],
+        exemplars: ExemplarProcessor | None = None,
+    ) -> None:
+        self.resource = resource
+        self.exemplars = exemplars
+        self.attributes = attributes
+        self.dropped_spans = dropped_spans
+        self.lock = threading.Lock()
+        self._totals = Totals()
+        self._cursors: list[DeltaCursor] = []
+        if hasattr(os, "register_at_fork"):
+            ref = weakref.ref(self)
+
+            def renew() -> None:  # another thread may have held the lock while forking
+                histograms = ref()
+                if histograms is not None:
+                    histograms.lock = threading.Lock()
+
+            os.register_at_fork(after_in_child=renew)
+
+    def add(self, snapshot: Snapshot) -> None:
+        """Add one window's statistics, and the exemplars of the spans that ended in it."""
+        exemplars = {} if self.exemplars is None else self.exemplars.take(snapshot.end_ns)
+        with self.lock:
+            self._totals.add(snapshot, exemplars)
+            for cursor in self._cursors:
+                cursor.pending.add(snapshot, exemplars)
+
+    def delta_cursor(self) -> DeltaCursor:
+        """Return a new cursor that collects every window added from now on."""
+        cursor = DeltaCursor(self)
+        with self.lock:
+            self._cursors.append(cursor)
+        return cursor
+
+    def series(self) -> dict[str, Series]:
+        """Return a copy of every path's cumulative series."""
+        with self.lock:
+            return {path: s.copy() for path, s in self._totals.series.items()}
+
+    def labels(self, path: str) -> dict[str, str | int]:
+        """Return the metric attributes of a path: path, span name and rank."""
+        return section_attributes(path, self.attributes)
+
+    def metrics_data(self) -> MetricsData | None:
+        """Return the totals as cumulative OTLP metrics, or None before the first window."""
+        scope = self.scope_metrics()
+        if scope is None:
+            return None
+        return MetricsData(
+            resource_metrics=[
+                ResourceMetrics(resource=self.resource, scope_metrics=[scope], schema_url="")
+            ]
+        )
+
+    def scope_metrics(self, cursor: DeltaCursor | None = None) -> ScopeMetrics | None:
+        """Return looptrace's metrics: cumulative totals, or the delta since `cursor` last took.
+
+        None when there is nothing to report (no window added yet, or none since the cursor
+        last took).
+        """
+        dropped = self.dropped_spans()
+        with self.lock:
+            if cursor is None:
+                totals = Totals(self._totals.start_ns, self._totals.time_ns)
+                totals.series = {path: s.copy() for path, s in self._totals.series.items()}
+                temporality = CUMULATIVE
+            else:
+                totals, dropped = cursor.take()
+                temporality = DELTA
+        if totals.start_ns is None:
+            return None
+        return ScopeMetrics(
+            scope=InstrumentationScope("looptrace", version()),
+            metrics=self._metrics(totals, totals.start_ns, dropped, temporality),
+            schema_url="",
+        )
+
+    def _metrics(
+        self, totals: Totals, start: int, dropped: int, temporality: AggregationTemporality
+    ) -> list[Metric]:
+        now = totals.time_ns
+        series = sorted(totals.series.items())
+        duration = Metric(
+            name=DURATION_METRIC,
+            description=DURATION_DESCRIPTION,
+            unit=SECONDS,
+            data=Histogram(
+                data_points=[
+                    HistogramDataPoint(
+                        attributes=self.labels(path),
+                        start_time_unix_nano=start,
+                        time_unix_nano=now,
+                        count=s.count,
+                        sum=s.sum,
+                        bucket_counts=s.buckets,
+                        explicit_bounds=BOUNDARIES_S,
+                        min=s.min,
+                        max=s.max,
+                        exemplars=[_otlp_exemplar(e) for _, e in sorted(s.exemplars.items())],
+                    )
+                    for path, s in series
+                ],
+                aggregation_temporality=temporality,
+            ),
+        )
+        window = Metric(
+            name=WINDOW_METRIC,
+            description=WINDOW_DESCRIPTION,
+            unit=SECONDS,
+            data=Gauge(
+                data_points=[
+                    NumberDataPoint(
+                        attributes={**self.labels(path), QUANTILE: q},
+                        start_time_unix_nano=start,
+                        time_unix_nano=now,
+                        value=value,
+                    )
+                    for path, s in series
+                    for (q, _), value in zip(QUANTILES, s.quantiles, strict=False)
+                ]
+            ),
+        )
+        dropped_metric = Metric(
+            name=DROPPED_METRIC,
+            description=DROPPED_DESCRIPTION,
+            unit=SPANS,
+            data=Sum(
+                data_points=[
+                    NumberDataPoint(
+                        attributes=dict(self.attributes),
+                        start_time_unix_nano=start,
+                        time_unix_nano=now,
+                        value=dropped,
+                    )
+                ],
+                aggregation_temporality=temporality,
+                is_monotonic=True,
+            ),
+        )
+        return [duration, window, dropped_metric]
+
+
+def _otlp_exemplar(exemplar: TraceExemplar) -> Exemplar:
+    return Exemplar(
+        filtered_attributes={},
+        value=exemplar.value,
+        time_unix_nano=exemplar.time_ns,
+        span_id=exemplar.span_id,
+        trace_id=exemplar.trace_id,
+    )

@@ -1,0 +1,168 @@
+"""OTLP exporters (gRPC or HTTP) built from resolved settings, and the metrics push thread."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
+    OTLPMetricExporter as GrpcMetricExporter,
+)
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+    OTLPSpanExporter as GrpcSpanExporter,
+)
+from opentelemetry.exporter.otlp.proto.http import Compression
+from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
+    OTLPMetricExporter as HttpMetricExporter,
+)
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+    OTLPSpanExporter as HttpSpanExporter,
+)
+from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult, MetricsData
+from opentelemetry.sdk.trace.export import SpanExporter
+
+from looptrace._export.otlp_settings import OtlpSettings
+from looptrace._stats.health import Incidents
+
+
+def span_exporter(settings: OtlpSettings) -> SpanExporter:
+    """Return the OTLP span exporter for these settings, every option passed explicitly."""
+    if settings.protocol == "grpc":
+        return GrpcSpanExporter(**_grpc_options(settings))
+    return HttpSpanExporter(**_http_options(settings))
+
+
+def metric_exporter(settings: OtlpSettings) -> MetricExporter:
+    """Return the OTLP metric exporter for these settings, every option passed explicitly."""
+    if settings.protocol == "grpc":
+        return GrpcMetricExporter(**_grpc_options(settings))
+    return HttpMetricExporter(**_http_options(settings))
+
+
+def _grpc_options(settings: OtlpSettings) -> dict[str, Any]:
+    credentials = None
+    if not settings.insecure:
+        credentials = grpc.ssl_channel_credentials(
+            root_certificates=_read(settings.certificate),
+            private_key=_read(settings.client_key),
+            certificate_chain=_read(settings.client_certificate),
+        )
+    compression = grpc.Compression.Gzip if settings.compression else grpc.Compression.NoCompression
+    return {
+        "endpoint": settings.endpoint,
+        "insecure": settings.insecure,
+        "credentials": credentials,
+        "headers": dict(settings.headers),
+        "timeout": settings.timeout_s,
+        "compression": compression,
+    }
+
+
+def _http_options(settings: OtlpSettings) -> dict[str, Any]:
+    compression = {
+        None: Compression.NoCompression,
+        "gzip": Compression.Gzip,
+        "deflate": Compression.Deflate,
+    }[settings.compression]
+    return {
+        "endpoint": settings.endpoint,
+        "certificate_file": settings.certificate,
+        "client_key_file": settings.client_key,
+        "client_certificate_file": settings.client_certificate,
+        "headers": dict(settings.headers),
+        "timeout": settings.timeout_s,
+        "compression": compression,
+    }
+
+
+def _read(path: str | None) -> bytes | None:
+    if path is None:
+        return None
+    with open(path, "rb") as file:
+        return file.read()
+
+
+class MetricPusher:
+    """Pushes the latest cumulative metrics over OTLP from a daemon thread of its own.
+
+    Requests coalesce: the thread always sends the totals as they are when it gets to them,
+    so a stalled collector delays pushes but never queues them up.
+    """
+
+    def __init__(
+        self,
+        exporter: MetricExporter,
+        build: Callable[[], MetricsData | None],
+        incidents: Incidents,
+        timeout_s: float,
+    ) -> None:
+        self._exporter = exporter
+        self._build = build
+        self._incidents = incidents
+        self._timeout_ms = timeout_s * 1e3
+        self._cond = threading.Condition()
+        self._requested = 0
+        self._done = 0
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    def request(self) -> int:
+        """Ask for a push of the current totals; return a ticket for `wait()`."""
+        with self._cond:
+            if self._closed:
+                return self._done
+            self._requested += 1
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="looptrace-metrics", daemon=True
+                )
+                self._thread.start()
+            self._cond.notify_all()
+            return self._requested
+
+    def wait(self, ticket: int, timeout_s: float) -> bool:
+        """Wait until the push for `ticket` is done (delivered or failed), at most `timeout_s`."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._done >= ticket, timeout_s)
+
+    def close(self) -> None:
+        """Stop the thread after the pending push and shut the exporter down."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        try:
+            self._exporter.shutdown()
+        except Exception:
+            self._incidents.failed("OTLP metric exporter shutdown")
+
+    def after_fork_in_child(self) -> None:
+        """Push nothing from a forked child: its series would overwrite the parent's totals."""
+        self._cond = threading.Condition()
+        self._closed = True
+        self._thread = None
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._requested > self._done or self._closed)
+                if self._requested <= self._done:
+                    return
+                ticket = self._requested
+            self._push()
+            with self._cond:
+                self._done = ticket
+                self._cond.notify_all()
+
+    def _push(self) -> None:
+        try:
+            data = self._build()
+            if data is None:
+                return
+            result = self._exporter.export(data, timeout_millis=self._timeout_ms)
+        except Exception:
+            self._incidents.failed("OTLP metric export")
+            result = MetricExportResult.FAILURE
+        if result is not MetricExportResult.SUCCESS:
+            self._incidents.push_failed()

@@ -1,0 +1,25 @@
+"""Where each window goes at `reset()`, and what `shutdown()` releases."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from looptrace._stats.snapshot import Snapshot
+
+SnapshotSink = Callable[[Snapshot], object]
+
+
+@dataclass
+class Outputs:
+    """The output hooks of one `Looptrace`.
+
+    Attributes:
+        on_reset: called with every window's snapshot, after it is closed (metric exporters,
+            snapshot files). Each runs under looptrace's internal-error guard.
+        on_shutdown: called once by `shutdown()`, after the last window, in order.
+
+    """
+
+    on_reset: list[SnapshotSink] = field(default_factory=list)
+    on_shutdown: list[Callable[[], object]] = field(default_factory=list)

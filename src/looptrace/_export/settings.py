@@ -1,0 +1,227 @@
+"""Exporter settings: `configure()` arguments over `OTEL_*` variables, checked up front.
+
+Everything is parsed and validated here, before `configure()` installs anything, so a bad
+setting is a `ConfigError` naming the argument or variable, never a failure in a background
+thread later. Header values never appear in messages or reprs.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from looptrace._export.environment import signal_variable
+from looptrace._export.otlp_settings import DEFAULT_TIMEOUT_S, OtlpSettings, Signal, otlp_settings
+from looptrace._stats.errors import ConfigError
+
+_TRACE_EXPORTERS = frozenset({"otlp", "console", "none"})
+_METRIC_EXPORTERS = frozenset({"otlp", "prometheus", "none"})
+_DEFAULT_PROMETHEUS_HOST = "127.0.0.1"
+_DEFAULT_PROMETHEUS_PORT = 9464
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    """The exporter arguments of `configure()`; `None` leaves a setting to the environment."""
+
+    otlp_endpoint: str | None = None
+    otlp_protocol: str | None = None
+    otlp_headers: Mapping[str, str] | str | None = field(default=None, repr=False)
+    otlp_certificate: str | None = None
+    otlp_client_certificate: str | None = None
+    otlp_client_key: str | None = None
+    otlp_insecure: bool | None = None
+    otlp_timeout: float | None = None
+    otlp_compression: str | None = None
+    traces_exporter: str | None = None
+    metrics_exporter: str | None = None
+    prometheus: str | int | bool | None = None
+
+
+@dataclass(frozen=True)
+class PrometheusSettings:
+    """Where the Prometheus pull endpoint listens; `source` names the setting for errors."""
+
+    host: str
+    port: int
+    source: str
+
+
+@dataclass(frozen=True)
+class BatchSettings:
+    """The `BatchSpanProcessor` parameters (`OTEL_BSP_*`)."""
+
+    schedule_delay_ms: int = 5000
+    export_timeout_ms: int = 30000
+    # Room for ~1500 fully traced steps of 20 sections while the collector lags (about 3 KB
+    # per queued span): the SDK's 2048 dropped 42 % of such a loop.
+    max_queue_size: int = 32768
+    max_export_batch_size: int = 512
+
+
+@dataclass(frozen=True)
+class ExportSettings:
+    """Every exporter looptrace builds, resolved and validated."""
+
+    traces: OtlpSettings | None = None
+    console_traces: bool = False
+    metrics: OtlpSettings | None = None
+    prometheus: PrometheusSettings | None = None
+    batch: BatchSettings = field(default_factory=BatchSettings)
+
+    @property
+    def any(self) -> bool:
+        """Whether there is anything to export."""
+        return bool(self.traces or self.console_traces or self.metrics or self.prometheus)
+
+    @property
+    def timeout_s(self) -> float:
+        """The longest OTLP timeout: the bound on a flush and on `shutdown()`."""
+        timeouts = [s.timeout_s for s in (self.traces, self.metrics) if s is not None]
+        return max(timeouts, default=DEFAULT_TIMEOUT_S)
+
+
+def resolve(
+    options: ExportOptions,
+    environ: Mapping[str, str] | None = None,
+    *,
+    owns_traces: bool,
+    owns_metrics: bool,
+    local_rank: int = 0,
+) -> ExportSettings:
+    """Resolve the exporters from the arguments and the environment.
+
+    The `OTEL_*_EXPORTER` choices and endpoints in the environment turn exporters on only for
+    the pipelines looptrace creates (`owns_*`): an application that set up its own providers
+    has applied them already. Arguments always take effect; details an argument leaves out
+    (headers, certificates, timeouts) still come from the environment.
+    """
+    env = os.environ if environ is None else environ
+    traces = _choice("traces", options.traces_exporter, options, env, owns=owns_traces)
+    metrics = _choice("metrics", options.metrics_exporter, options, env, owns=owns_metrics)
+    prometheus = _prometheus(options.prometheus, "prometheus" in metrics, env, local_rank)
+    return ExportSettings(
+        traces=otlp_settings("traces", options, env) if "otlp" in traces else None,
+        console_traces="console" in traces,
+        metrics=otlp_settings("metrics", options, env) if "otlp" in metrics else None,
+        prometheus=prometheus,
+        batch=_batch(env) if traces - {"none"} else BatchSettings(),
+    )
+
+
+# -- exporter choice ----------------------------------------------------------------------
+
+
+def _choice(
+    signal: Signal,
+    explicit: str | None,
+    options: ExportOptions,
+    env: Mapping[str, str],
+    *,
+    owns: bool,
+) -> set[str]:
+    allowed = _TRACE_EXPORTERS if signal == "traces" else _METRIC_EXPORTERS
+    if explicit is not None:
+        return _names(explicit, f"{signal}_exporter", allowed)
+    variable = f"OTEL_{signal.upper()}_EXPORTER"
+    if owns and env.get(variable, "").strip():
+        return _names(env[variable], variable, allowed)
+    endpoint_set = options.otlp_endpoint is not None or (
+        owns
+        and bool(
+            env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+            or env.get(signal_variable("OTEL_EXPORTER_OTLP_ENDPOINT", signal))
+        )
+    )
+    return {"otlp"} if endpoint_set else set()
+
+
+def _names(text: str, source: str, allowed: frozenset[str]) -> set[str]:
+    names = {name.strip().lower() for name in text.split(",") if name.strip()}
+    unknown = sorted(names - allowed)
+    if unknown:
+        raise ConfigError(
+            f"{source}: unknown exporter {unknown[0]!r}; looptrace supports "
+            f"{', '.join(sorted(allowed))}"
+        )
+    return names - {"none"}
+
+
+# -- Prometheus and batching ----------------------------------------------------------------
+
+
+def _prometheus(
+    explicit: str | int | bool | None, chosen: bool, env: Mapping[str, str], local_rank: int
+) -> PrometheusSettings | None:
+    if explicit is False or (explicit is None and not chosen):
+        return None
+    host = env.get("OTEL_EXPORTER_PROMETHEUS_HOST", "").strip() or _DEFAULT_PROMETHEUS_HOST
+    source = "OTEL_EXPORTER_PROMETHEUS_PORT"
+    port_text = env.get(source, "").strip() or str(_DEFAULT_PROMETHEUS_PORT)
+    if explicit is None or explicit is True:
+        pass
+    elif isinstance(explicit, int):
+        source, port_text = "prometheus", str(explicit)
+    elif isinstance(explicit, str):
+        source = "prometheus"
+        text = explicit.strip()
+        head, sep, tail = text.rpartition(":")
+        if sep:
+            host, port_text = head.strip("[]") or _DEFAULT_PROMETHEUS_HOST, tail
+        else:
+            port_text = text
+    else:
+        raise ConfigError(
+            f"prometheus: expected 'host:port', a port or a bool, got {type(explicit).__name__}"
+        )
+    shown = explicit if source == "prometheus" else port_text
+    if not port_text.isascii() or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise ConfigError(f"{source}: expected host:port with a port 0-65535, got {shown!r}")
+    if not host or not host.isascii() or not host.isprintable() or " " in host:
+        raise ConfigError(f"{source}: expected host:port with a host name or address, got {host!r}")
+    port = int(port_text)
+    if port and port + local_rank > 65535:
+        raise ConfigError(
+            f"{source}: port {port} plus the local rank {local_rank} is above 65535; "
+            "choose a lower port"
+        )
+    return PrometheusSettings(host=host, port=port + local_rank if port else 0, source=source)
+
+
+# Bounds of the `OTEL_BSP_*` values: beyond them the SDK's batch thread dies (a wait longer
+# than the platform's timeout) or a queue could hold more spans than memory.
+_HOUR_MS = 3_600_000
+BATCH_LIMITS = {
+    "OTEL_BSP_SCHEDULE_DELAY": _HOUR_MS,
+    "OTEL_BSP_EXPORT_TIMEOUT": _HOUR_MS,
+    "OTEL_BSP_MAX_QUEUE_SIZE": 1_000_000,
+    "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": 1_000_000,
+}
+
+
+def _batch(env: Mapping[str, str]) -> BatchSettings:
+    defaults = BatchSettings()
+    values: dict[str, int] = {}
+    for attr, variable in (
+        ("schedule_delay_ms", "OTEL_BSP_SCHEDULE_DELAY"),
+        ("export_timeout_ms", "OTEL_BSP_EXPORT_TIMEOUT"),
+        ("max_queue_size", "OTEL_BSP_MAX_QUEUE_SIZE"),
+        ("max_export_batch_size", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE"),
+    ):
+        text = env.get(variable, "").strip()
+        if not text:
+            values[attr] = getattr(defaults, attr)
+            continue
+        limit = BATCH_LIMITS[variable]
+        if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= limit:
+            raise ConfigError(
+                f"{variable}: expected a whole number from 1 to {limit}, got {text[:40]!r}"
+            )
+        values[attr] = int(text)
+    if values["max_export_batch_size"] > values["max_queue_size"]:
+        raise ConfigError(
+            "OTEL_BSP_MAX_EXPORT_BATCH_SIZE: must not exceed OTEL_BSP_MAX_QUEUE_SIZE "
+            f"({values['max_export_batch_size']} > {values['max_queue_size']})"
+        )
+    return BatchSettings(**values)

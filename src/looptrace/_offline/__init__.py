@@ -1,0 +1,1 @@
+"""What the CLI runs on files: readers, summary, table, Perfetto, replay, plots."""

@@ -1,0 +1,293 @@
+"""The offline commands: `summary`, `perfetto`, `replay` and `plot` (parsers and runners)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from looptrace._offline.reader import (
+    SPANS,
+    InputError,
+    JsonLinesFile,
+    Warn,
+    load_windows,
+    open_inputs,
+)
+
+Subparsers = Any  # argparse's _SubParsersAction is private
+
+
+def add_commands(commands: Subparsers) -> None:
+    """Add the offline commands to the `looptrace` parser."""
+    summary = _command(
+        commands,
+        "summary",
+        "statistics per section of span, snapshot or metrics files, as a tree table",
+        "looptrace summary runs/spans.rank*.jsonl --since-step 100",
+        run_summary,
+    )
+    _add_filters(summary)
+
+    perfetto = _command(
+        commands,
+        "perfetto",
+        "convert span files to a Chrome/Perfetto trace (pid = rank, tid = thread)",
+        "looptrace perfetto runs/spans.rank*.jsonl -o trace.json   # open it in ui.perfetto.dev",
+        run_perfetto,
+    )
+    perfetto.add_argument("-o", "--output", required=True, help="the trace JSON file to write")
+    _add_filters(perfetto)
+
+    replay = _command(
+        commands,
+        "replay",
+        "send recorded spans to an OTLP collector, ids and timestamps unchanged",
+        "looptrace replay runs/spans.jsonl --endpoint http://collector:4318 "
+        "--header x-mlflow-experiment-id=3",
+        run_replay,
+    )
+    replay.add_argument(
+        "--endpoint",
+        help="collector URL; for http/protobuf, /v1/traces is added when it has no path "
+        "(default: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, then OTEL_EXPORTER_OTLP_ENDPOINT)",
+    )
+    replay.add_argument(
+        "--protocol",
+        choices=("grpc", "http/protobuf"),
+        help="OTLP transport (default: OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf)",
+    )
+    replay.add_argument(
+        "--header",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a request header, repeatable, its value URL-encoded as in "
+        "OTEL_EXPORTER_OTLP_HEADERS (which it is added to)",
+    )
+    replay.add_argument(
+        "--timeout",
+        type=float,
+        help="seconds per request (default: OTEL_EXPORTER_OTLP_TIMEOUT, else 10)",
+    )
+
+    plot = _command(
+        commands,
+        "plot",
+        "draw a PNG of per-step, per-section and per-rank timings",
+        "looptrace plot runs/snapshots.jsonl -o timings.png --size 1600x1000",
+        run_plot,
+    )
+    plot.add_argument("-o", "--output", required=True, help="the PNG file to write")
+    plot.add_argument("--timer", help="the timer split per step (default: the largest outermost)")
+    plot.add_argument(
+        "--size", type=_size, default=(1200, 900), help="WIDTHxHEIGHT in pixels (1200x900)"
+    )
+    _add_filters(plot)
+
+
+def _command(
+    commands: Subparsers, name: str, summary: str, example: str, run: Callable[..., int]
+) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = commands.add_parser(
+        name,
+        help=summary,
+        description=summary[0].upper() + summary[1:] + ".",
+        epilog=f"example: {example}",
+    )
+    parser.add_argument("files", nargs="+", metavar="FILE", help="JSON-lines files")
+    parser.set_defaults(run=run)
+    return parser
+
+
+def _add_filters(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--rank",
+        type=_ranks,
+        action="extend",
+        help="only these ranks (comma-separated or repeated)",
+    )
+    parser.add_argument(
+        "--since-step",
+        type=_non_negative,
+        help="only spans of this step on, or windows closed at this step or later",
+    )
+
+
+def _ranks(text: str) -> list[int]:
+    try:
+        ranks = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of ranks: {text!r}") from None
+    if not ranks or min(ranks) < 0:
+        raise argparse.ArgumentTypeError(f"ranks are integers >= 0, got {text!r}")
+    return ranks
+
+
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def _size(text: str) -> tuple[int, int]:
+    match = re.fullmatch(r"(\d+)x(\d+)", text.strip())
+    if not match or not (200 <= int(match[1]) <= 10000 and 200 <= int(match[2]) <= 10000):
+        raise argparse.ArgumentTypeError(f"expected WIDTHxHEIGHT, 200 to 10000 each: {text!r}")
+    return int(match[1]), int(match[2])
+
+
+def warner(command: str) -> Warn:
+    """Return a function printing one warning line of `command` on stderr."""
+
+    def warn(message: str) -> None:
+        print(f"looptrace {command}: warning: {message}", file=sys.stderr)
+
+    return warn
+
+
+def _needs(extra: str, modules: str) -> InputError:
+    return InputError(f"this command needs {modules}: pip install 'looptrace[{extra}]'")
+
+
+def _summary_of(args: argparse.Namespace, warn: Warn, spans_only: str = "") -> tuple[Any, Any, str]:
+    """Return `(summary, records, kind)` of the input files after the rank and step filters.
+
+    With `spans_only` (a command name), files of another kind are an error.
+    """
+    from looptrace._offline.summary import select, summarize_spans, summarize_windows  # noqa: PLC0415
+
+    kind, files = open_inputs(args.files, warn)
+    if spans_only and kind != SPANS:
+        raise InputError(f"{spans_only} needs span files; {files[0].name} is a {kind} file")
+    if kind == SPANS:
+        try:
+            from looptrace._offline.span_records import load_spans  # noqa: PLC0415
+        except ImportError:
+            raise _needs("files", "the OTLP protocol classes") from None
+        spans = load_spans(files, warn)
+        if not spans:
+            raise InputError(f"no spans in {', '.join(args.files)}")
+        chosen = select(spans, args.rank, args.since_step)
+        return _with_losses(summarize_spans(chosen), files), chosen, kind
+    windows = load_windows(kind, files, warn)
+    if not windows:
+        raise InputError(f"no readable records in {', '.join(args.files)}")
+    kept = select(windows, args.rank, args.since_step)
+    return _with_losses(summarize_windows(kept), files), kept, kind
+
+
+def _with_losses(summary: Any, files: list[JsonLinesFile]) -> Any:
+    """Add what the writers recorded as lost (a full disk, a stalled writer) to the summary."""
+    lost: dict[str, int] = {}
+    for file in files:
+        for what, count in file.lost.items():
+            lost[what] = lost.get(what, 0) + count
+    if not lost:
+        return summary
+    text = "".join(f", {count} {what} lost" for what, count in sorted(lost.items()))
+    return dataclasses.replace(summary, description=summary.description + text)
+
+
+def run_summary(args: argparse.Namespace) -> int:
+    """Print the tree table of the input files."""
+    from looptrace._offline.summary import render_summary  # noqa: PLC0415
+
+    summary, _, kind = _summary_of(args, warner("summary"))
+    print(f"{kind} files: {render_summary(summary)}")
+    return 0
+
+
+def run_perfetto(args: argparse.Namespace) -> int:
+    """Write the Chrome/Perfetto trace of span files."""
+    try:
+        from looptrace._offline.perfetto import chrome_trace  # noqa: PLC0415
+    except ImportError:
+        raise _needs("files", "the OTLP protocol classes") from None
+    summary, spans, _ = _summary_of(args, warner("perfetto"), spans_only="perfetto")
+    trace = chrome_trace(spans)
+    output = Path(args.output)
+    with output.open("w", encoding="utf-8") as handle:
+        json.dump(trace, handle, separators=(",", ":"))
+    ranks = sorted(summary.per_rank)
+    print(
+        f"wrote {output}: {len(spans)} spans of {len(ranks)} rank"
+        f"{'' if len(ranks) == 1 else 's'} ({', '.join(map(str, ranks))}); "
+        "open it at https://ui.perfetto.dev (the file stays on your machine) or chrome://tracing"
+    )
+    return 0
+
+
+def run_replay(args: argparse.Namespace) -> int:
+    """Send the spans of the input files to a collector; print what was delivered."""
+    warn = warner("replay")
+    if not (
+        args.endpoint
+        or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip()
+        or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip()
+    ):
+        raise InputError("no --endpoint given and OTEL_EXPORTER_OTLP_ENDPOINT is not set")
+    try:
+        from looptrace._offline import replay as _replay  # noqa: PLC0415
+    except ImportError:
+        raise _needs("files", "the OTLP protocol classes") from None
+    settings = _replay.replay_settings(args.endpoint, args.protocol, args.header, args.timeout)
+    kind, files = open_inputs(args.files, warn)
+    if kind != SPANS:
+        raise InputError(f"replay needs span files; {files[0].name} is a {kind} file")
+    try:
+        with _replay.graceful_interrupt() as stop:
+            sender = _replay.make_sender(settings, _replay.Retry(stop=stop))
+            try:
+                result = _replay.replay(files, sender, warn, stop)
+            finally:
+                sender.close()
+    except ImportError:
+        raise _needs("otlp", "grpcio for OTLP/gRPC") from None
+    where = f"to {args.endpoint or settings.endpoint} ({settings.protocol})"
+    sent = f"{result.spans} spans in {result.requests} requests"
+    rejected = f"; the collector rejected {result.rejected} of them" if result.rejected else ""
+    if result.error is not None:
+        after = f" after {result.last}" if result.last else ""
+        print(f"looptrace replay: error: {result.error}", file=sys.stderr)
+        print(f"sent {sent} {where}{rejected}; stopped{after}")
+        return 1
+    if result.interrupted:
+        after = f" (through {result.last})" if result.last else ""
+        print(f"interrupted: sent {sent}{after} {where}{rejected}; the rest was not sent")
+        return 130
+    print(f"replayed {sent} {where}{rejected}")
+    return 0
+
+
+def run_plot(args: argparse.Namespace) -> int:
+    """Draw the timings of the input files into a PNG."""
+    try:
+        from looptrace._offline.plot import draw  # noqa: PLC0415
+        from looptrace._offline.plot_data import from_spans, from_windows  # noqa: PLC0415
+    except ImportError:
+        raise _needs("plot", "matplotlib") from None
+    summary, records, kind = _summary_of(args, warner("plot"))
+    data = (
+        from_spans(records, summary, args.timer)
+        if kind == SPANS
+        else from_windows(records, summary, args.timer)
+    )
+    output = Path(args.output)
+    try:
+        draw(data, output, *args.size)
+    except ImportError:
+        raise _needs("plot", "matplotlib") from None
+    width, height = args.size
+    print(f"wrote {output} ({width}x{height} px): {data.source}")
+    return 0

@@ -1,0 +1,319 @@
+"""`looptrace summary`: per-path statistics of span or snapshot files, as a tree table.
+
+From span files every statistic is exact (computed from the durations themselves). From
+snapshot or flat metrics files, windows are merged: counts, totals, min, max, standard
+deviation and self time exactly; quantiles of several windows are estimated from each window's
+min, p50, p90, p99 and max (exact for one window).
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import math
+from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol, TypeVar
+
+from looptrace._offline.reader import InputError, Window
+from looptrace._offline.table import format_seconds, render_table
+from looptrace._stats.buckets import BOUNDARIES_S
+from looptrace._stats.snapshot import SectionStats
+
+if TYPE_CHECKING:
+    from looptrace._offline.span_records import SpanRecord
+
+_QUANTILES = (0.5, 0.9, 0.99)
+RANK_NOTE = "rank min / rank max: lowest and highest per-rank mean; slowest: the rank of the max"
+SPREAD_NOTE = (
+    "rank min / rank max: lowest and highest per-rank mean in any window, from "
+    "reset(across_ranks=True); slowest: the rank of the max in most windows"
+)
+ESTIMATE_NOTE = (
+    "p50 and p99 of several windows are estimated from each window's min, p50, p90, p99 and max"
+)
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Statistics per path over every selected rank, and per rank."""
+
+    combined: dict[str, SectionStats]
+    per_rank: dict[int, dict[str, SectionStats]]
+    description: str
+    estimated: bool = False
+    # From `reset(across_ranks=True)` lines: path -> (rank min, rank max, slowest rank).
+    spread: dict[str, tuple[float, float, int]] | None = None
+
+
+class _Record(Protocol):
+    @property
+    def rank(self) -> int: ...
+
+    @property
+    def step(self) -> int | None: ...
+
+
+RecordT = TypeVar("RecordT", bound=_Record)
+
+
+def select(
+    records: Sequence[RecordT], ranks: Sequence[int] | None, since_step: int | None
+) -> list[RecordT]:
+    """Return the records of `ranks` (all if None) from step `since_step` on.
+
+    Raises:
+        InputError: a wanted rank is not in `records`, or nothing is left.
+
+    """
+    present = {record.rank for record in records}
+    missing = sorted(set(ranks or ()) - present)
+    if missing:
+        have = ", ".join(str(r) for r in sorted(present))
+        raise InputError(f"no rank {', '.join(map(str, missing))} in the input (ranks: {have})")
+    keep = set(ranks) if ranks else present
+    chosen = [
+        record
+        for record in records
+        if record.rank in keep
+        and (since_step is None or (record.step is not None and record.step >= since_step))
+    ]
+    if not chosen:
+        raise InputError(f"nothing at step {since_step} or later")
+    return chosen
+
+
+def summarize_spans(spans: Sequence[SpanRecord]) -> Summary:
+    """Return exact statistics of spans, over all of them and per rank."""
+    children_ns: dict[str, int] = defaultdict(int)
+    for span in spans:
+        if span.parent_id:
+            children_ns[span.parent_id] += span.duration_ns
+    per_rank: dict[int, dict[str, list[SpanRecord]]] = defaultdict(lambda: defaultdict(list))
+    everything: dict[str, list[SpanRecord]] = defaultdict(list)
+    for span in spans:
+        per_rank[span.rank][span.path].append(span)
+        everything[span.path].append(span)
+    steps = [s.step for s in spans if s.step is not None]
+    description = f"{_count(len(spans), 'span')}, {_ranks_text(per_rank)}"
+    description += _steps_text(steps, "step")
+    return Summary(
+        combined={p: _from_spans(group, children_ns) for p, group in everything.items()},
+        per_rank={
+            rank: {p: _from_spans(group, children_ns) for p, group in paths.items()}
+            for rank, paths in sorted(per_rank.items())
+        },
+        description=description,
+    )
+
+
+def summarize_windows(windows: Sequence[Window]) -> Summary:
+    """Return the merged statistics of snapshot or metrics windows, overall and per rank."""
+    per_rank: dict[int, list[Window]] = defaultdict(list)
+    for window in windows:
+        per_rank[window.rank].append(window)
+    steps = [w.step for w in windows if w.step is not None]
+    description = f"{_count(len(windows), 'window')}, {_ranks_text(per_rank)}"
+    description += _steps_text(steps, "closed at step")
+    return Summary(
+        combined=merge_windows(windows),
+        per_rank={rank: merge_windows(group) for rank, group in sorted(per_rank.items())},
+        description=description,
+        estimated=len(windows) > 1,
+        spread=_spread(windows) if len(per_rank) == 1 else None,
+    )
+
+
+def _spread(windows: Sequence[Window]) -> dict[str, tuple[float, float, int]] | None:
+    """Combine the cross-rank spread of the per-rank mean over the windows that carry one."""
+    lows: dict[str, float] = {}
+    highs: dict[str, float] = {}
+    votes: dict[str, Counter[int]] = defaultdict(Counter)
+    for window in windows:
+        for path, spread in (window.spread or {}).items():
+            mean = spread.get("mean") or {}
+            low, high, slowest = mean.get("min"), mean.get("max"), mean.get("slowest_rank")
+            if low is None or high is None or slowest is None:
+                continue
+            lows[path] = min(lows.get(path, math.inf), float(low))
+            highs[path] = max(highs.get(path, -math.inf), float(high))
+            votes[path][int(slowest)] += 1
+    if not votes:
+        return None
+    return {
+        path: (lows[path], highs[path], min(v, key=lambda r: (-v[r], r)))
+        for path, v in votes.items()
+    }
+
+
+def render_summary(summary: Summary) -> str:
+    """Return the description line, the tree table and the notes that apply."""
+    extra: list[tuple[str, Mapping[str, str]]] = []
+    notes = []
+    if len(summary.per_rank) > 1:
+        lows, highs, slowest = {}, {}, {}
+        for path in summary.combined:
+            means = {
+                rank: stats[path].mean
+                for rank, stats in summary.per_rank.items()
+                if path in stats and not math.isnan(stats[path].mean)
+            }
+            if not means:
+                continue
+            worst = max(means, key=lambda rank: (means[rank], -rank))
+            lows[path] = format_seconds(min(means.values()))
+            highs[path] = format_seconds(means[worst])
+            slowest[path] = str(worst)
+        extra = [("rank min", lows), ("rank max", highs), ("slowest", slowest)]
+        notes.append(RANK_NOTE)
+    elif summary.spread is not None:
+        spread = summary.spread
+        extra = [
+            ("rank min", {p: format_seconds(low) for p, (low, _, _) in spread.items()}),
+            ("rank max", {p: format_seconds(high) for p, (_, high, _) in spread.items()}),
+            ("slowest", {p: str(rank) for p, (_, _, rank) in spread.items()}),
+        ]
+        notes.append(SPREAD_NOTE)
+    if summary.estimated:
+        notes.append(ESTIMATE_NOTE)
+    parts = [summary.description, "", render_table(summary.combined, extra)]
+    if notes:
+        parts += ["", *notes]
+    return "\n".join(parts)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def _steps_text(steps: Sequence[int], what: str) -> str:
+    if not steps:
+        return ""
+    low, high = min(steps), max(steps)
+    return f", {what} {low}" if low == high else f", {what}s {low}-{high}"
+
+
+def _ranks_text(per_rank: Mapping[int, object]) -> str:
+    ranks = sorted(per_rank)
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    return f"{len(ranks)} ranks ({', '.join(str(r) for r in ranks)})"
+
+
+def _from_spans(spans: Sequence[SpanRecord], children_ns: Mapping[str, int]) -> SectionStats:
+    durations = sorted(s.duration_ns / 1e9 for s in spans)
+    count = len(durations)
+    total = math.fsum(durations)
+    mean = total / count
+    buckets = [0] * (len(BOUNDARIES_S) + 1)
+    for value in durations:
+        buckets[bisect.bisect_left(BOUNDARIES_S, value)] += 1
+    self_ns = sum(max(0, s.duration_ns - children_ns.get(s.span_id, 0)) for s in spans)
+    p50, p90, p99 = (_quantile(durations, q) for q in _QUANTILES)
+    return SectionStats(
+        count=count,
+        total=total,
+        mean=mean,
+        min=durations[0],
+        max=durations[-1],
+        std=math.sqrt(math.fsum((d - mean) ** 2 for d in durations) / count),
+        p50=p50,
+        p90=p90,
+        p99=p99,
+        self_time=self_ns / 1e9,
+        errors=sum(s.error for s in spans),
+        buckets=tuple(buckets),
+    )
+
+
+def _quantile(ordered: Sequence[float], q: float) -> float:
+    """Return the q-quantile of sorted values as snapshots define it: by nearest rank.
+
+    The ceil(q * n)-th smallest value, as `QuantileSketch` does (without its 1 % error), so a
+    summary of span files agrees with the snapshots of the same run.
+    """
+    return ordered[max(math.ceil(q * len(ordered)) - 1, 0)]
+
+
+def merge_windows(windows: Sequence[Window]) -> dict[str, SectionStats]:
+    """Return per-path statistics over several windows (see the module docstring)."""
+    groups: dict[str, list[SectionStats]] = defaultdict(list)
+    for window in windows:
+        for path, stats in window.stats.items():
+            if stats.count > 0:
+                groups[path].append(stats)
+    return {path: _merge(parts) for path, parts in sorted(groups.items())}
+
+
+def _merge(parts: Sequence[SectionStats]) -> SectionStats:
+    if len(parts) == 1:
+        return parts[0]
+    count = sum(p.count for p in parts)
+    total = math.fsum(p.total for p in parts)
+    mean = total / count
+    square = math.fsum(p.count * (p.std**2 + p.mean**2) for p in parts) / count
+    lengths = {len(p.buckets) for p in parts}
+    buckets = (
+        tuple(sum(column) for column in zip(*(p.buckets for p in parts), strict=True))
+        if len(lengths) == 1
+        else ()
+    )
+    p50, p90, p99 = (_mixture_quantile(parts, q) for q in _QUANTILES)
+    return SectionStats(
+        count=count,
+        total=total,
+        mean=mean,
+        min=min(p.min for p in parts),
+        max=max(p.max for p in parts),
+        std=math.sqrt(max(0.0, square - mean**2)),
+        p50=p50,
+        p90=p90,
+        p99=p99,
+        self_time=math.fsum(p.self_time for p in parts),
+        errors=sum(p.errors for p in parts),
+        buckets=buckets,
+    )
+
+
+def _mixture_quantile(parts: Sequence[SectionStats], q: float) -> float:
+    """Estimate a quantile of the union of windows, each a piecewise-linear distribution."""
+    curves = [(p.count, _curve(p)) for p in parts]
+    curves = [(count, curve) for count, curve in curves if curve]
+    if not curves:
+        return math.nan
+    weight = sum(count for count, _ in curves)
+    low = min(curve[0][0] for _, curve in curves)
+    high = max(curve[-1][0] for _, curve in curves)
+    for _ in range(100):
+        middle = (low + high) / 2
+        share = sum(count * _cdf(curve, middle) for count, curve in curves) / weight
+        if share < q:
+            low = middle
+        else:
+            high = middle
+    return high
+
+
+def _curve(stats: SectionStats) -> list[tuple[float, float]]:
+    points = [
+        (stats.min, 0.0),
+        (stats.p50, 0.5),
+        (stats.p90, 0.9),
+        (stats.p99, 0.99),
+        (stats.max, 1.0),
+    ]
+    known = [(x, level) for x, level in points if not math.isnan(x)]
+    curve: list[tuple[float, float]] = []
+    for x, level in known:  # sketch quantiles may be a hair outside [min, max]
+        curve.append((max(x, curve[-1][0]) if curve else x, level))
+    return curve
+
+
+def _cdf(curve: Sequence[tuple[float, float]], x: float) -> float:
+    if x < curve[0][0]:
+        return 0.0
+    for (x0, y0), (x1, y1) in itertools.pairwise(curve):
+        if x <= x1:
+            return y1 if x1 == x0 else y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+    return 1.0

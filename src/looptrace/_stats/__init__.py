@@ -1,0 +1,1 @@
+"""Statistics: the sketch, buckets, aggregation, snapshots, spreads, health counters, errors."""

@@ -1,0 +1,138 @@
+"""Folds batches of section durations into per-path statistics for one window."""
+
+from __future__ import annotations
+
+import logging
+import math
+import operator
+import threading
+from bisect import bisect_right
+
+from looptrace._stats.buckets import BOUNDARIES_NS
+from looptrace._stats.sketch import QuantileSketch
+from looptrace._stats.snapshot import SectionStats, Snapshot
+
+_log = logging.getLogger("looptrace")
+
+OTHER_PATH = "other"
+FOLD_AT = 4096  # durations a producer holds before it merges them, bounding memory
+
+
+class _PathAggregate:
+    """Statistics of one path, kept as exact integer sums of nanoseconds."""
+
+    __slots__ = ("buckets", "count", "errors", "max", "min", "self_ns", "sketch", "sum", "sumsq")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.sum = 0
+        self.sumsq = 0
+        self.min = math.inf
+        self.max = -math.inf
+        self.self_ns = 0
+        self.errors = 0
+        self.sketch = QuantileSketch()
+        self.buckets = [0] * (len(BOUNDARIES_NS) + 1)
+
+    def add_sorted(self, durations: list[int], self_ns: int, errors: int) -> None:
+        """Add a batch of durations, sorted ascending: C-speed sums, bisects per bucket."""
+        n = len(durations)
+        self.count += n
+        self.sum += sum(durations)
+        self.sumsq += sum(map(operator.mul, durations, durations))
+        self.min = min(self.min, durations[0])
+        self.max = max(self.max, durations[-1])
+        self.self_ns += self_ns
+        self.errors += errors
+        self.sketch.add_sorted(durations)
+        below = 0
+        buckets = self.buckets
+        for i, bound in enumerate(BOUNDARIES_NS):
+            upto = bisect_right(durations, bound, below)
+            buckets[i] += upto - below
+            below = upto
+        buckets[-1] += n - below
+
+    def stats(self) -> SectionStats:
+        n = self.count
+
+        def quantile(q: float) -> float:
+            return min(max(self.sketch.quantile(q), self.min), self.max) / 1e9
+
+        variance = (n * self.sumsq - self.sum * self.sum) / (n * n)  # exact integers
+        return SectionStats(
+            count=n,
+            total=self.sum / 1e9,
+            mean=self.sum / n / 1e9,
+            min=self.min / 1e9,
+            max=self.max / 1e9,
+            std=math.sqrt(max(variance, 0.0)) / 1e9,
+            p50=quantile(0.5),
+            p90=quantile(0.9),
+            p99=quantile(0.99),
+            self_time=self.self_ns / 1e9,
+            errors=self.errors,
+            buckets=tuple(self.buckets),
+        )
+
+
+class Aggregator:
+    """The statistics of the current window, per path.
+
+    Producers (the timers of each thread, the span processor) keep raw durations of their own
+    and merge them here in batches, holding `lock`, which is also held across a whole
+    `reset()` so that a window closes at one instant. Distinct paths are capped: past
+    `max_paths`, new paths are counted under `"other"` and one warning is logged.
+    """
+
+    def __init__(self, *, max_paths: int = 1000) -> None:
+        if max_paths < 1:
+            raise ValueError(f"max_paths must be at least 1, got {max_paths}")
+        self.max_paths = max_paths
+        self.overflowed = 0
+        self.lock = threading.Lock()
+        self._paths: dict[str, _PathAggregate] = {}
+        self._known: set[str] = set()
+
+    def merge(self, path: str, durations: list[int], self_ns: int, errors: int) -> None:
+        """Add one producer's batch for `path`; the caller holds `lock`."""
+        if not durations:
+            return
+        durations.sort()
+        agg = self._paths.get(path)
+        if agg is None:
+            path = self._admit(path, len(durations))
+            agg = self._paths.get(path)
+            if agg is None:
+                agg = self._paths[path] = _PathAggregate()
+        agg.add_sorted(durations, self_ns, errors)
+
+    def snapshot(
+        self, *, start_ns: int, end_ns: int, rank: int, step: int | None = None
+    ) -> Snapshot:
+        """Return the window's statistics and start an empty window; the caller holds `lock`."""
+        paths, self._paths = self._paths, {}
+        stats = {path: agg.stats() for path, agg in paths.items()}
+        return Snapshot(stats, start_ns=start_ns, end_ns=end_ns, rank=rank, step=step)
+
+    def after_fork_in_child(self) -> None:
+        """Start empty with a fresh lock: a forked child counts only its own sections."""
+        self.lock = threading.Lock()
+        self._paths = {}
+
+    def _admit(self, path: str, count: int) -> str:
+        if path in self._known:
+            return path
+        if len(self._known) < self.max_paths:
+            self._known.add(path)
+            return path
+        if not self.overflowed:
+            _log.warning(
+                "looptrace: more than %d distinct section paths; %r and later new paths are "
+                "counted under %r",
+                self.max_paths,
+                path,
+                OTHER_PATH,
+            )
+        self.overflowed += count
+        return OTHER_PATH

@@ -1,0 +1,164 @@
+"""Per-section statistics of one reset window, and the read-only snapshot that holds them."""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import asdict, dataclass
+from types import MappingProxyType
+from typing import Any
+
+from looptrace._stats.buckets import BOUNDARIES_S
+from looptrace._stats.spread import SectionSpread
+
+# The statistics `as_metrics()` flattens, in this order.
+METRIC_STATS = ("count", "total", "mean", "min", "max", "std", "p50", "p90", "p99", "self_time")
+
+
+@dataclass(frozen=True, slots=True)
+class SectionStats:
+    """Statistics of one section path over one window; every duration is in seconds.
+
+    `self_time` is the total exclusive time (duration minus the time of direct children);
+    `buckets` counts durations per explicit boundary of `BOUNDARIES_S`, plus one overflow
+    bucket, exactly as the histogram metric reports them.
+    """
+
+    count: int
+    total: float
+    mean: float
+    min: float
+    max: float
+    std: float
+    p50: float
+    p90: float
+    p99: float
+    self_time: float
+    errors: int
+    buckets: tuple[int, ...]
+
+    def to_dict(self) -> dict[str, float | int | list[int]]:
+        """Return the statistics as a plain dict (buckets as a list)."""
+        data = asdict(self)
+        data["buckets"] = list(self.buckets)
+        return data
+
+
+class Snapshot(Mapping[str, SectionStats]):
+    """Statistics per section path since the previous `reset()`; a read-only mapping.
+
+    The mapping holds this rank's statistics. `step` is the lap index of the outermost timer
+    at the cut (the laps it completed before it; with several outermost timers in the thread
+    that cut, the largest), for a logger's step axis; None when no timer was lapped.
+    `across_ranks` holds, per path of any rank, how they spread over the ranks of the job
+    when the window was reduced by `reset(across_ranks=True)`; it is None when the snapshot
+    holds this rank's data only (not asked for, or no initialised `torch.distributed` process
+    group).
+    """
+
+    __slots__ = ("_stats", "across_ranks", "end_ns", "rank", "start_ns", "step")
+
+    boundaries: tuple[float, ...] = BOUNDARIES_S
+
+    def __init__(
+        self,
+        stats: Mapping[str, SectionStats],
+        *,
+        start_ns: int,
+        end_ns: int,
+        rank: int,
+        across_ranks: Mapping[str, SectionSpread] | None = None,
+        step: int | None = None,
+    ) -> None:
+        self._stats = dict(sorted(stats.items()))
+        self.start_ns = start_ns
+        self.end_ns = end_ns
+        self.rank = rank
+        self.step = step
+        self.across_ranks: Mapping[str, SectionSpread] | None = (
+            None if across_ranks is None else MappingProxyType(dict(sorted(across_ranks.items())))
+        )
+
+    def __getitem__(self, path: str) -> SectionStats:
+        return self._stats[path]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._stats)
+
+    def __len__(self) -> int:
+        return len(self._stats)
+
+    def __repr__(self) -> str:
+        return f"Snapshot({len(self)} paths, rank {self.rank})"
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        """Return `{path: {stat: value}}` as plain data.
+
+        With cross-rank data, one more key, `"across_ranks"`, holds
+        `{path: {"ranks": n, "absent": [...], stat: {min, max, mean, slowest_rank}}}`.
+        """
+        data: dict[str, dict[str, Any]] = {
+            path: stats.to_dict() for path, stats in self._stats.items()
+        }
+        if self.across_ranks is not None:
+            data["across_ranks"] = {
+                path: spread.to_dict() for path, spread in self.across_ranks.items()
+            }
+        return data
+
+    def as_metrics(
+        self, prefix: str = "timing", stats: Iterable[str] = METRIC_STATS, sep: str = "."
+    ) -> dict[str, float]:
+        """Return flat `{prefix}.{path}.{stat}` metrics for an experiment logger.
+
+        `stats` chooses the statistics (any of `METRIC_STATS`, in that order) and `sep` joins
+        the prefix, the path's levels and the statistic (`sep="/"` groups panels in W&B and
+        TensorBoard). With cross-rank data, every path of any rank adds `{prefix}.{path}.ranks`
+        and `{prefix}.{path}.{stat}.min_rank`, `.max_rank`, `.mean_rank` and `.slowest_rank`
+        for each chosen statistic of `SPREAD_STATS`. Statistics that are undefined for a window
+        (NaN) are left out, since most loggers reject them.
+
+        Raises:
+            ValueError: a statistic that is not one of `METRIC_STATS`, or an empty `sep`.
+
+        """
+        chosen = _chosen(stats)
+        if not sep:
+            raise ValueError("as_metrics(sep=...) must not be empty")
+        head = f"{prefix}{sep}" if prefix else ""
+        flat: dict[str, float] = {}
+        for path, section in self._stats.items():
+            name = f"{head}{path.replace('.', sep)}{sep}"
+            for stat in chosen:
+                value = float(getattr(section, stat))
+                if not math.isnan(value):
+                    flat[f"{name}{stat}"] = value
+        if self.across_ranks is not None:
+            for path, spread in self.across_ranks.items():
+                name = f"{head}{path.replace('.', sep)}"
+                for key, value in spread.metrics("").items():
+                    parts = key[1:].split(".")
+                    if parts[0] == "ranks" or parts[0] in chosen:
+                        flat[sep.join((name, *parts))] = value
+        return flat
+
+    def _with_across_ranks(self, across_ranks: Mapping[str, SectionSpread]) -> Snapshot:
+        """Return a copy of this snapshot that carries cross-rank data."""
+        reduced = copy.copy(self)
+        reduced.across_ranks = MappingProxyType(dict(sorted(across_ranks.items())))
+        return reduced
+
+
+def _chosen(stats: Iterable[str]) -> tuple[str, ...]:
+    """Return the chosen statistics in `METRIC_STATS` order, or name the unknown ones."""
+    if isinstance(stats, str):
+        stats = (stats,)
+    wanted = set(stats)
+    unknown = sorted(wanted - set(METRIC_STATS))
+    if unknown:
+        raise ValueError(
+            f"as_metrics(stats=...): unknown statistic(s) {', '.join(map(repr, unknown))}; "
+            f"choose from {', '.join(METRIC_STATS)}"
+        )
+    return tuple(stat for stat in METRIC_STATS if stat in wanted)

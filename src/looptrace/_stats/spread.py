@@ -1,0 +1,90 @@
+"""How one window's statistics spread over the ranks of a job: min / max / mean, slowest rank.
+
+Made by `lt.reset(across_ranks=True)` (see `looptrace._distributed.across_ranks`) and carried by the
+`Snapshot` as `snapshot.across_ranks`. Plain data, no torch: snapshots with cross-rank data
+can be built, compared and flattened anywhere.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+# The statistics of `SectionStats` reduced across ranks, in this order.
+SPREAD_STATS = ("count", "total", "mean", "p99", "max", "self_time")
+
+
+@dataclass(frozen=True, slots=True)
+class RankSpread:
+    """One statistic of one section path over the ranks that ran the section.
+
+    Ranks that did not run the section in the window are left out, not counted as zero; a
+    statistic no rank has a value for is NaN with `slowest_rank` None.
+
+    Attributes:
+        min: the lowest value of any rank.
+        max: the highest value of any rank.
+        mean: the mean over the ranks that ran the section.
+        slowest_rank: the rank holding `max` (the lowest such rank on a tie), in
+            `torch.distributed`'s default group (`RANK` under torchrun).
+
+    """
+
+    min: float
+    max: float
+    mean: float
+    slowest_rank: int | None
+
+    def to_dict(self) -> dict[str, float | int | None]:
+        """Return the spread as a plain dict."""
+        return {
+            "min": self.min,
+            "max": self.max,
+            "mean": self.mean,
+            "slowest_rank": self.slowest_rank,
+        }
+
+    def metrics(self, name: str) -> dict[str, float]:
+        """Return `{name}.min_rank`, `.max_rank`, `.mean_rank`, `.slowest_rank`, less NaNs."""
+        values = (("min_rank", self.min), ("max_rank", self.max), ("mean_rank", self.mean))
+        flat = {f"{name}.{suffix}": value for suffix, value in values if not math.isnan(value)}
+        if self.slowest_rank is not None:
+            flat[f"{name}.slowest_rank"] = float(self.slowest_rank)
+        return flat
+
+
+@dataclass(frozen=True, slots=True)
+class SectionSpread:
+    """One section path across the ranks of a job, over one window.
+
+    Attributes:
+        ranks: how many ranks ran the section in the window.
+        absent: the ranks that did not run it (they count in no statistic).
+        count, total, mean, p99, max, self_time: the spread of that `SectionStats` field.
+
+    """
+
+    ranks: int
+    absent: tuple[int, ...]
+    count: RankSpread
+    total: RankSpread
+    mean: RankSpread
+    p99: RankSpread
+    max: RankSpread
+    self_time: RankSpread
+
+    def to_dict(self) -> dict[str, object]:
+        """Return `{"ranks": n, "absent": [...], stat: {min, max, mean, slowest_rank}}`."""
+        data: dict[str, object] = {"ranks": self.ranks, "absent": list(self.absent)}
+        for name in SPREAD_STATS:
+            spread: RankSpread = getattr(self, name)
+            data[name] = spread.to_dict()
+        return data
+
+    def metrics(self, name: str) -> dict[str, float]:
+        """Return the flat metrics of this path, `name` being `{prefix}.{path}`."""
+        flat = {f"{name}.ranks": float(self.ranks)}
+        for stat in SPREAD_STATS:
+            spread: RankSpread = getattr(self, stat)
+            flat.update(spread.metrics(f"{name}.{stat}"))
+        return flat
