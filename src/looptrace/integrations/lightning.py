@@ -116,10 +116,7 @@ class LooptraceProfiler(Profiler):
                 self._end_batch()
             inside = self.batches.running
             frames = self._in_batch if inside else self._outside
-            if frames:
-                parent = frames[-1].section.timer
-            else:
-                parent = self.batches if inside else self.fit
+            parent = frames[-1].section.timer if frames else (self.batches if inside else self.fit)
             section = parent.section(self._rename(action_name))
             section.start()
             frames.append(_Frame(action_name, section))
