@@ -26,8 +26,8 @@ class LooptraceCallback(TrainerCallback):  # type: ignore[misc]
     forward and backward (counted `gradient_accumulation_steps` times per step), `optimizer`
     for the optimizer step, `scheduler` for the learning-rate step and zeroing gradients, and
     `data` for the gap before the next step of the epoch (the Trainer's logging, evaluation and
-    saving after a step, and fetching the next batches). At every training log it closes a window with
-    `lt.reset()` and adds the chosen statistics to the `logs`, keys like
+    saving after a step, and fetching the next batches). At every training log it closes a
+    window with `lt.reset()` and adds the chosen statistics to the `logs`, keys like
     `timing/root/train/substep/mean`.
 
     The Trainer runs its `report_to` callbacks before the ones passed to it, so those loggers
