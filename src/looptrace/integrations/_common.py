@@ -63,3 +63,19 @@ def checked_stats(names: Iterable[str], owner: str) -> tuple[str, ...]:
             f"{owner}: stats must be some of {', '.join(METRIC_STATS)}; got {chosen!r}"
         )
     return chosen
+
+
+def step_of(snapshot: object, step: int | None, owner: str) -> int:
+    """Return `step`, else the snapshot's own `step` (outermost laps completed).
+
+    Raises:
+        ConfigError: neither is there.
+
+    """
+    from looptrace._errors import ConfigError  # noqa: PLC0415
+
+    if step is None:
+        step = getattr(snapshot, "step", None)
+    if step is None:
+        raise ConfigError(f"{owner}(): pass step=; this snapshot carries no step")
+    return int(step)

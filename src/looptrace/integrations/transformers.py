@@ -19,7 +19,7 @@ from looptrace.integrations._common import DEFAULT_STATS, checked_stats, failed,
 __all__ = ["LooptraceCallback"]
 
 
-class LooptraceCallback(TrainerCallback):  # type: ignore[misc]
+class LooptraceCallback(TrainerCallback):
     """Times the Trainer's optimizer steps as laps and adds their statistics to its logs.
 
     The timer `root.<name>` laps once per optimizer step: `substep` for each micro-batch's
