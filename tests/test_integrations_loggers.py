@@ -193,6 +193,7 @@ def test_tensorboard_scalars_and_a_histogram_per_section_read_back(
 @pytest.fixture(scope="module")
 def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mlflow]:
     """Start a real MLflow tracking server for this module."""
+    pytest.importorskip("mlflow", reason="the loggers extra is not installed")
     server = Mlflow(binary("LOOPTRACE_TEST_MLFLOW"), Path(tmp_path_factory.mktemp("mlflow")))
     yield server
     server.stop()
