@@ -9,6 +9,7 @@ laps per batch from the batch hooks and logs a window's statistics with `pl_modu
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -30,6 +31,25 @@ BATCH = "run_training_batch"
 # Actions that start outside a training batch even while its lap runs (validation inside an
 # epoch runs after a batch's hooks and before the next fetch).
 _OUTSIDE_BATCH = ("[_EvaluationLoop]", "validation", "sanity")
+
+
+class _Kind(enum.Enum):
+    """What an action means for the laps."""
+
+    FETCH = "a training batch's data fetch"
+    BATCH = "a training batch"
+    OUTSIDE = "outside training batches"
+    SECTION = "a section"
+
+
+def _kind(action: str) -> _Kind:
+    if action == FETCH:
+        return _Kind.FETCH
+    if action == BATCH:
+        return _Kind.BATCH
+    if any(mark in action for mark in _OUTSIDE_BATCH):
+        return _Kind.OUTSIDE
+    return _Kind.SECTION
 
 
 def section_name(action: str) -> str:
@@ -93,6 +113,8 @@ class LooptraceProfiler(Profiler):
         self._windows: list[Snapshot] = []
         self._watching = False
         self._trained = False
+        self._kinds: dict[str, _Kind] = {}
+        self._sections: dict[tuple[Timer, str], Section] = {}
 
     def setup(self, stage: str, local_rank: int | None = None, log_dir: str | None = None) -> None:
         """Start collecting this stage's windows for `summary()`."""
@@ -104,20 +126,26 @@ class LooptraceProfiler(Profiler):
     def start(self, action_name: str) -> None:
         """Start the section of `action_name`; a training batch's data fetch starts a lap."""
         try:
-            if action_name == FETCH:
+            kind = self._kinds.get(action_name)
+            if kind is None:
+                kind = self._kinds[action_name] = _kind(action_name)
+            if kind is _Kind.FETCH:
                 # A lap per batch: a prefetch before the batch's training step stays in its lap.
                 if self._trained or not self.batches.running:
                     self._close(self._in_batch, 0)
                     self.batches.record()
                     self._trained = False
-            elif action_name == BATCH:
+            elif kind is _Kind.BATCH:
                 self._trained = True
-            elif any(mark in action_name for mark in _OUTSIDE_BATCH):
+            elif kind is _Kind.OUTSIDE:
                 self._end_batch()
-            inside = self.batches.running
+            inside = bool(self._in_batch) or self.batches.running
             frames = self._in_batch if inside else self._outside
             parent = frames[-1].section.timer if frames else (self.batches if inside else self.fit)
-            section = parent.section(self._rename(action_name))
+            section = self._sections.get((parent, action_name))
+            if section is None:
+                section = parent.section(self._rename(action_name))
+                self._sections[(parent, action_name)] = section
             section.start()
             frames.append(_Frame(action_name, section))
         except Exception:
