@@ -113,3 +113,39 @@ def test_nvtx_ranges_on_a_cpu_build_is_a_config_error() -> None:
     assert not _ranges.gate.nvtx
     profiler.nvtx_ranges(False)
     assert not profiler.ranges_active()
+
+
+def test_deploy_train_torch_profile_writes_a_trace_with_the_sections(tmp_path: Path) -> None:
+    """`deploy/train.py --torch-profile` records steps 5-7; each is a lap with its sections."""
+    import subprocess
+    import sys
+
+    trace = tmp_path / "trace.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(Path(__file__).resolve().parent.parent / "deploy" / "train.py"),
+            "--steps",
+            "8",
+            "--data-ms",
+            "1",
+            "--torch-profile",
+            str(trace),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    events = json.loads(trace.read_text())["traceEvents"]
+    names = Counter(
+        e["name"] for e in events if e.get("ph") == "X" and e["name"].startswith("root.")
+    )
+    assert {name: names[name] for name in (*SECTIONS, "root.train.optimizer")} == {
+        "root.train": 3,
+        "root.train.data": 3,
+        "root.train.forward": 3,
+        "root.train.backward": 3,
+        "root.train.optimizer": 3,
+    }
