@@ -149,3 +149,19 @@ def test_deploy_train_torch_profile_writes_a_trace_with_the_sections(tmp_path: P
         "root.train.backward": 3,
         "root.train.optimizer": 3,
     }
+
+
+def test_import_looptrace_imports_no_host_framework() -> None:
+    """`import looptrace` (and the integrations package) loads no framework; modules do, lazily."""
+    import subprocess
+    import sys
+
+    program = (
+        "import sys, looptrace, looptrace.integrations, looptrace.integrations.profiler\n"
+        "hosts = {'torch', 'lightning', 'transformers', 'mlflow', 'wandb', 'tensorboard'}\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & hosts))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.strip() == "[]"
