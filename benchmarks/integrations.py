@@ -414,6 +414,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline", help="a commit whose source the gate case compares with")
     parser.add_argument("--quick", action="store_true", help="few rounds, small loops")
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--rounds", type=int, help="rounds per comparison (default 5-9)")
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore")
     try:
@@ -423,12 +424,16 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         pass
     quick = args.quick
+
+    def rounds(full: int) -> int:
+        return args.rounds or (2 if quick else full)
+
     runs: dict[str, Callable[[], dict[str, float]]] = {
-        "gate": lambda: gate(3 if quick else 9, 500 if quick else 4000, args.baseline),
-        "ranges": lambda: ranges(3 if quick else 7, 200 if quick else 2000),
-        "lightning": lambda: lightning(2 if quick else 5, 50 if quick else 300),
-        "transformers": lambda: transformers_steps(2 if quick else 5, 10 if quick else 60),
-        "loggers": lambda: loggers(2 if quick else 5, 5 if quick else 30),
+        "gate": lambda: gate(rounds(9), 500 if quick else 4000, args.baseline),
+        "ranges": lambda: ranges(rounds(7), 200 if quick else 2000),
+        "lightning": lambda: lightning(rounds(5), 50 if quick else 300),
+        "transformers": lambda: transformers_steps(rounds(5), 10 if quick else 60),
+        "loggers": lambda: loggers(rounds(5), 5 if quick else 30),
     }
     results: dict[str, float] = {}
     for name in args.only.split(","):
