@@ -45,9 +45,10 @@ def active() -> bool:
     """Return whether a starting interval opens a range (a profiler runs, or NVTX is on)."""
     profiler = gate.profiler
     if profiler is None:
-        profiler = gate.profiler = sys.modules.get(_PROFILER)
-        if profiler is None:
-            return gate.nvtx
+        profiler = sys.modules.get(_PROFILER)
+        if profiler is None or not hasattr(profiler, "_is_profiler_enabled"):
+            return gate.nvtx  # no torch yet (or still importing): look again next time
+        gate.profiler = profiler
     return bool(profiler._is_profiler_enabled) or gate.nvtx
 
 
