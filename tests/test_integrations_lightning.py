@@ -213,3 +213,44 @@ def test_callback_with_an_unknown_statistic_is_a_config_error(cap: Capture) -> N
 
     with pytest.raises(ConfigError, match=r"LooptraceCallback: stats must be some of .*'p95'"):
         integration.LooptraceCallback(cap.lt, stats=("mean", "p95"))
+
+
+def test_profiler_keeps_validation_out_of_the_batch_laps(cap: Capture) -> None:
+    """Validation (and the sanity check) runs under `root.lightning_fit`, not in batch laps."""
+
+    class Validated(Tiny):
+        def validation_step(self, batch: Any, batch_idx: int) -> None:
+            self.clock.advance(0.5)
+
+    profiler = integration.LooptraceProfiler(cap.lt)
+    windows: list[Snapshot] = []
+    cap.lt._outputs.on_reset.append(windows.append)
+    loader = torch.utils.data.DataLoader(Items(cap.clock), batch_size=1)
+    trainer = L.Trainer(
+        max_epochs=EPOCHS,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=2,
+        num_sanity_val_steps=1,
+        profiler=profiler,
+    )
+    trainer.fit(Validated(cap.clock), loader, loader)
+    (snapshot,) = windows
+    n = BATCHES * EPOCHS
+    assert snapshot["root.lightning"].count == n
+    assert round(snapshot["root.lightning"].total, 9) == round(n * STEP, 9)
+    validation = {
+        path: stats.count
+        for path, stats in snapshot.items()
+        if path.endswith("validation_step") and stats.count
+    }
+    # One sanity-check batch before training, then 2 validation batches at each epoch's end,
+    # inside `run_training_epoch` as Lightning nests them; no batch lap holds any of them.
+    step = "[Strategy]SingleDeviceStrategy:validation_step"
+    assert validation == {
+        f"root.lightning_fit.{step}": 1,
+        f"root.lightning_fit.run_training_epoch.{step}": 4,
+    }
