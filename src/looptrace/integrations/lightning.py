@@ -183,14 +183,17 @@ class LooptraceProfiler(Profiler):
 
     def teardown(self, stage: str | None) -> None:
         """End what still runs and stop collecting windows."""
-        self._end_stage()
-        if self._watching:
-            sinks = self.lt._outputs.on_reset
-            for index, sink in enumerate(sinks):
-                if sink == self._windows.append:
-                    del sinks[index]
-                    break
-            self._watching = False
+        try:
+            self._end_stage()
+            if self._watching:
+                sinks = self.lt._outputs.on_reset
+                for index, sink in enumerate(sinks):
+                    if sink == self._windows.append:
+                        del sinks[index]
+                        break
+                self._watching = False
+        except Exception:
+            failed(self.lt, "LooptraceProfiler.teardown")
         super().teardown(stage)
 
     def __del__(self) -> None:
