@@ -107,3 +107,25 @@ def test_attached_first_the_timing_reaches_the_report_to_logger(
         (8, LOG_EVERY * ACCUMULATE),
         (12, LOG_EVERY * ACCUMULATE),
     ]
+
+
+def test_passed_as_a_trainer_callback_the_report_to_logger_runs_first(
+    cap: Capture, tmp_path: Path
+) -> None:
+    """`Trainer(callbacks=[...])` runs after `report_to`: TensorBoard misses the timing keys."""
+    event_accumulator = pytest.importorskip(
+        "tensorboard.backend.event_processing.event_accumulator"
+    )
+    args = _trainer(cap, tmp_path, report_to=["tensorboard"]).args
+    callback = integration.LooptraceCallback(cap.lt, stats=("count",))
+    trainer = transformers.Trainer(
+        model=_tiny_bert(cap.clock), args=args, train_dataset=Sentences(), callbacks=[callback]
+    )
+    trainer.train()
+    (events,) = {path.parent for path in (tmp_path / "out").rglob("events.out.tfevents.*")}
+    reader = event_accumulator.EventAccumulator(str(events))
+    reader.Reload()
+    assert "train/loss" in reader.Tags()["scalars"]
+    assert not [tag for tag in reader.Tags()["scalars"] if "timing" in tag]
+    steps = [e["step"] for e in trainer.state.log_history if "timing/root/train/count" in e]
+    assert steps == [4, 8, 12]
