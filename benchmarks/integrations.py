@@ -251,6 +251,12 @@ def lightning(rounds: int, batches: int) -> dict[str, float]:
         {
             "without looptrace": fit(),
             "LooptraceProfiler": fit(profiler=lambda: LooptraceProfiler(lt)),
+            "LooptraceProfiler, keep=3 actions": fit(
+                profiler=lambda: LooptraceProfiler(
+                    lt,
+                    keep=lambda a: a.endswith((".backward", ".optimizer_step", ".training_step")),
+                )
+            ),
             "LooptraceCallback": fit(callbacks=lambda: [LooptraceCallback(lt, log_every=0)]),
             "SimpleProfiler (Lightning's)": fit(
                 profiler=lambda: SimpleProfiler(dirpath=tempfile.mkdtemp(), filename="simple")

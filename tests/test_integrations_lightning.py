@@ -254,3 +254,26 @@ def test_profiler_keeps_validation_out_of_the_batch_laps(cap: Capture) -> None:
         f"root.lightning_fit.{step}": 1,
         f"root.lightning_fit.run_training_epoch.{step}": 4,
     }
+
+
+def test_profiler_keep_times_only_the_chosen_actions(cap: Capture) -> None:
+    """With `keep`, other actions are not sections; the laps and the kept ones are unchanged."""
+    profiler = integration.LooptraceProfiler(
+        cap.lt, keep=lambda action: action.endswith((".backward", ".optimizer_step"))
+    )
+    windows: list[Snapshot] = []
+    cap.lt._outputs.on_reset.append(windows.append)
+    _fit(cap.clock, profiler=profiler)
+    (snapshot,) = windows
+    n = BATCHES * EPOCHS
+    assert {path: stats.count for path, stats in snapshot.items()} == {
+        "root.lightning": n,
+        "root.lightning.[_TrainingEpochLoop]:train_dataloader_next": n,
+        BATCH: n,
+        OPTIMIZER: n,
+        f"{OPTIMIZER}.{STRATEGY}:backward": n,
+        "root.lightning_fit": 1,
+        "root.lightning_fit.run_training_epoch": EPOCHS,
+    }
+    assert round(snapshot[f"{OPTIMIZER}.{STRATEGY}:backward"].total, 9) == round(n * BACKWARD_S, 9)
+    assert cap.lt.health().misuse == 0

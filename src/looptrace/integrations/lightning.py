@@ -40,6 +40,7 @@ class _Kind(enum.Enum):
     BATCH = "a training batch"
     OUTSIDE = "outside training batches"
     SECTION = "a section"
+    SKIP = "not timed"
 
 
 def _kind(action: str) -> _Kind:
@@ -89,6 +90,10 @@ class LooptraceProfiler(Profiler):
         name: name of the lap timer (`root.lightning`); the other actions go under
             `root.<name>_fit`.
         rename: maps an action to its section name (default `section_name`: dots become `:`).
+        keep: which actions become sections (default all); each costs a section per call, so
+            `keep=lambda action: not action.startswith("[Callback]")` makes a batch cheaper.
+            The data fetch, `run_training_batch`, `run_training_epoch` and validation's actions
+            are always kept.
         dirpath: where Lightning writes the summary (see Lightning's `Profiler`).
         filename: file name of the summary; without one it is logged.
 
@@ -100,6 +105,7 @@ class LooptraceProfiler(Profiler):
         *,
         name: str = "lightning",
         rename: Callable[[str], str] = section_name,
+        keep: Callable[[str], bool] | None = None,
         dirpath: str | None = None,
         filename: str | None = None,
     ) -> None:
@@ -108,6 +114,7 @@ class LooptraceProfiler(Profiler):
         self.batches: Timer = lt.timer(name)
         self.fit: Timer = lt.timer(f"{name}_fit")
         self._rename = rename
+        self._keep = keep
         self._in_batch: list[_Frame] = []
         self._outside: list[_Frame] = []
         self._windows: list[Snapshot] = []
@@ -128,7 +135,12 @@ class LooptraceProfiler(Profiler):
         try:
             kind = self._kinds.get(action_name)
             if kind is None:
-                kind = self._kinds[action_name] = _kind(action_name)
+                kind = _kind(action_name)
+                if kind is _Kind.SECTION and action_name != EPOCH and self._keep is not None:
+                    kind = _Kind.SECTION if self._keep(action_name) else _Kind.SKIP
+                self._kinds[action_name] = kind
+            if kind is _Kind.SKIP:
+                return
             if kind is _Kind.FETCH:
                 # A lap per batch: a prefetch before the batch's training step stays in its lap.
                 if self._trained or not self.batches.running:
@@ -153,6 +165,8 @@ class LooptraceProfiler(Profiler):
 
     def stop(self, action_name: str) -> None:
         """End the latest running section of `action_name` and those started inside it."""
+        if self._kinds.get(action_name) is _Kind.SKIP:
+            return
         try:
             for frames in (self._in_batch, self._outside):
                 for index in range(len(frames) - 1, -1, -1):
