@@ -2,7 +2,10 @@
 
 Cases of one comparison run in one process, interleaved in random order each round, and the
 table shows medians over rounds; read the differences and ratios, not the absolute times (the
-development machine is shared and drifts). Needs the `integrations` extra.
+development machine is shared and drifts). Times are the process's CPU time (torch on one
+thread), which other processes on a busy machine disturb far less than wall time; the loggers'
+are wall time, since W&B and MLflow work in other processes and threads. Needs the
+`integrations` extra.
 
     python benchmarks/integrations.py                      # everything, table on stdout
     python benchmarks/integrations.py --only gate,lightning
@@ -49,13 +52,13 @@ names = ("data", "forward", "backward", "optimizer") * 5
 steps = int(sys.argv[1])
 best = None
 for _ in range(5):
-    start = time.perf_counter_ns()
+    start = time.process_time_ns()
     for _ in range(steps):
         for name in names:
             train.record(name)
         train.record()
     lt.reset()
-    cost = (time.perf_counter_ns() - start) / (steps * 21)
+    cost = (time.process_time_ns() - start) / (steps * 21)
     best = cost if best is None else min(best, cost)
 print(best)
 """
@@ -116,13 +119,13 @@ def ranges(rounds: int, steps: int) -> dict[str, float]:
     names = ("data", "forward", "backward", "optimizer") * 5
 
     def loop() -> float:
-        start = time.perf_counter_ns()
+        start = time.process_time_ns()
         for _ in range(steps):
             for name in names:
                 train.record(name)
             train.record()
         train.stop()
-        return (time.perf_counter_ns() - start) / (steps * 21)
+        return (time.process_time_ns() - start) / (steps * 21)
 
     def profiled() -> float:
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
@@ -165,10 +168,10 @@ def lightning(rounds: int, batches: int) -> dict[str, float]:
 
         def on_train_batch_start(self, *args: Any) -> None:
             if args[-1] == 0:
-                self.start = time.perf_counter_ns()
+                self.start = time.process_time_ns()
 
         def on_train_epoch_end(self, *args: Any) -> None:
-            self.ns = time.perf_counter_ns() - self.start
+            self.ns = time.process_time_ns() - self.start
 
     def fit(**extra: Any) -> Callable[[], float]:
         def once() -> float:
@@ -213,11 +216,11 @@ def lightning(rounds: int, batches: int) -> dict[str, float]:
     def replay(make: Callable[[], Any]) -> Callable[[], float]:
         def once() -> float:
             profiler = make()
-            start = time.perf_counter_ns()
+            start = time.process_time_ns()
             for _ in range(replays):
                 for up, action in one_batch:
                     (profiler.start if up else profiler.stop)(action)
-            return (time.perf_counter_ns() - start) / replays / 1000
+            return (time.process_time_ns() - start) / replays / 1000
 
         return once
 
@@ -225,14 +228,14 @@ def lightning(rounds: int, batches: int) -> dict[str, float]:
     state = SimpleNamespace(num_training_batches=10**9, max_steps=-1, global_step=0)
 
     def hooks() -> float:
-        start = time.perf_counter_ns()
+        start = time.process_time_ns()
         for index in range(replays):
             callback.on_train_batch_start(state, None, None, index)
             callback.on_before_backward(state, None, None)
             callback.on_after_backward(state, None)
             callback.on_before_optimizer_step(state, None, None)
             callback.on_train_batch_end(state, None, None, None, index)
-        return (time.perf_counter_ns() - start) / replays / 1000
+        return (time.process_time_ns() - start) / replays / 1000
 
     alone = median_of(
         rounds * 3,
@@ -297,10 +300,10 @@ def transformers_steps(rounds: int, steps: int) -> dict[str, float]:
 
         def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             if state.global_step == 0:
-                self.start = time.perf_counter_ns()
+                self.start = time.process_time_ns()
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-            self.ns = time.perf_counter_ns() - self.start
+            self.ns = time.process_time_ns() - self.start
 
     def train(with_callback: bool) -> Callable[[], float]:
         def once() -> float:
@@ -334,13 +337,13 @@ def transformers_steps(rounds: int, steps: int) -> dict[str, float]:
     replays = 200
 
     def hooks() -> float:
-        start = time.perf_counter_ns()
+        start = time.process_time_ns()
         for _ in range(replays):
             callback.on_step_begin(None, state, None)
             callback.on_pre_optimizer_step(None, state, None)
             callback.on_optimizer_step(None, state, None)
             callback.on_step_end(None, state, None)
-        return (time.perf_counter_ns() - start) / replays / 1000
+        return (time.process_time_ns() - start) / replays / 1000
 
     alone = median_of(rounds * 3, {"LooptraceCallback hooks alone": hooks})
     callback.timer.stop()
