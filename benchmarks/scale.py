@@ -71,7 +71,7 @@ def reset_worker(store: str, out: str, rounds: int) -> None:
     import torch.distributed as dist
 
     import looptrace
-    from looptrace import _collectives
+    from looptrace._distributed import collectives as _collectives
     from looptrace.testing import FakeClock
 
     info = looptrace.RankInfo.from_env()

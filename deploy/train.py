@@ -14,9 +14,12 @@ dashboard's per-rank panels:
     python deploy/train.py
     torchrun --nproc-per-node=4 deploy/train.py          # with torch: a real DDP model on gloo
     python deploy/train.py --simulate                    # without torch: sleeps of the same shape
+    python deploy/train.py --torch-profile trace.json    # steps 5-7 under torch.profiler
 
 Without torch, or with `--simulate`, every section sleeps a randomised time instead of
-computing; ranks are then independent (no collective to wait on).
+computing; ranks are then independent (no collective to wait on). With `--torch-profile`, the
+torch.profiler trace (Chrome/Perfetto JSON) shows looptrace's sections (`root.train.forward` …)
+as ranges around the operators they ran.
 """
 
 from __future__ import annotations
@@ -55,6 +58,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--service-name",
         default=os.environ.get("OTEL_SERVICE_NAME", "looptrace-sample"),
         help="service.name of the telemetry (OTEL_SERVICE_NAME, else looptrace-sample)",
+    )
+    parser.add_argument(
+        "--torch-profile",
+        metavar="TRACE.json",
+        help="record steps 5-7 with torch.profiler and write its Chrome trace here",
     )
     args = parser.parse_args(argv)
     if args.steps < 1 or args.reset_every < 1:
@@ -133,6 +141,35 @@ class TorchModel:
             self._dist.destroy_process_group()
 
 
+class StepProfiler:
+    """torch.profiler over a few steps; looptrace's sections are ranges in its trace."""
+
+    FIRST, LAST = 5, 7
+
+    def __init__(self, path: str) -> None:
+        import torch  # noqa: PLC0415  (only with --torch-profile)
+
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if torch.cuda.is_available():
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        self._profile = torch.profiler.profile(activities=activities)
+        self._path = path
+        self._running = False
+
+    def before(self, step: int) -> None:
+        """Start recording at the first profiled step."""
+        if step == self.FIRST:
+            self._profile.start()
+            self._running = True
+
+    def after(self, step: int, last: int) -> None:
+        """Stop at the last profiled step (or the run's last) and write the trace."""
+        if self._running and step in (self.LAST, last):
+            self._profile.stop()
+            self._running = False
+            self._profile.export_chrome_trace(self._path)
+
+
 def make_model(simulate: bool, world_size: int, rng: random.Random) -> Simulated | TorchModel:
     """Return the torch model, or the simulation when asked or when torch is missing."""
     if not simulate:
@@ -178,8 +215,11 @@ def main(argv: list[str] | None = None) -> int:
             print(line, flush=True)
 
     train = lt.timer("train")
+    profiler = StepProfiler(args.torch_profile) if args.torch_profile else None
     try:
         for step in range(1, args.steps + 1):
+            if profiler is not None:
+                profiler.before(step)
             train.record("data")
             time.sleep(rng.lognormvariate(0.0, 0.3) * data_ms / 1000)
             train.record("forward")
@@ -192,6 +232,8 @@ def main(argv: list[str] | None = None) -> int:
                 train.record()  # the step ends and the next one starts
             else:
                 train.stop()  # the last step ends
+            if profiler is not None:
+                profiler.after(step, args.steps)
             if step % args.reset_every == 0 or step == args.steps:
                 # Across ranks when torch.distributed runs (a collective: every rank is here).
                 report(step, lt.reset(across_ranks=True), say)

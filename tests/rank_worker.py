@@ -19,7 +19,8 @@ from typing import Any
 
 import torch.distributed as dist
 
-from looptrace import RankInfo, Snapshot, _collectives
+from looptrace import RankInfo, Snapshot
+from looptrace._distributed import collectives as _collectives
 from looptrace.testing import Capture, capture
 
 STEPS = 3

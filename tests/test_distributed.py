@@ -16,7 +16,9 @@ from typing import Any
 import pytest
 import torch.distributed as dist
 
-from looptrace import _collectives, _distributed, _path_table
+from looptrace._distributed import across_ranks as _distributed
+from looptrace._distributed import collectives as _collectives
+from looptrace._distributed import path_table as _path_table
 from looptrace._stats.snapshot import SectionStats, Snapshot
 from looptrace._stats.spread import SPREAD_STATS
 from looptrace.testing import Capture

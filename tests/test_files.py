@@ -18,7 +18,8 @@ import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 
-from looptrace import ConfigError, RankInfo, _span_file
+from looptrace import ConfigError, RankInfo
+from looptrace._export import span_file as _span_file
 from looptrace._export.files import OtlpJsonFileExporter, rank_path
 from looptrace._stats.health import Incidents
 from looptrace.testing import capture

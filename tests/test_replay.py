@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 
-from looptrace import _replay
 from looptrace._cli import main
 from looptrace._export.files import OtlpJsonFileExporter
+from looptrace._offline import replay as _replay
 
 from .otlp_server import OtlpReceiver
 from .runs import record_run

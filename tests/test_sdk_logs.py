@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from looptrace import _sdk_logs
+from looptrace._export import sdk_logs as _sdk_logs
 
 
 def test_exporter_records_are_folded_once_per_kind_with_header_values_masked(

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from looptrace._configure import configure
 from looptrace._core.clock import Clock, MonotonicClock
-from looptrace._core.ids import StepIdGenerator
 from looptrace._core.sampling import LapSampler
 from looptrace._core.timer import Section, Timer
 from looptrace._distributed.ranks import RankInfo
+from looptrace._export.id_generator import StepIdGenerator
 from looptrace._export.processor import AggregatingSpanProcessor
 from looptrace._looptrace import Looptrace
 from looptrace._stats.errors import ConfigError, TimerError

@@ -16,13 +16,14 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
 from looptrace._core.clock import Clock, MonotonicClock
 from looptrace._core.device import CudaEventClock, DeviceClock, SyncedClock
 from looptrace._core.engine import Engine
-from looptrace._core.ids import StepIdGenerator, StepTraces
+from looptrace._core.ids import StepTraces
 from looptrace._core.sampling import LapSampler
 from looptrace._distributed.ranks import RankInfo
 from looptrace._export.app_metrics import ReaderHooks
 from looptrace._export.exit import install_exit_flush
 from looptrace._export.exporters import ExportPipeline, export_pipeline
 from looptrace._export.files import FLUSH_TIMEOUT_S, FileOutputs, PathLike
+from looptrace._export.id_generator import StepIdGenerator
 from looptrace._export.outputs import Outputs
 from looptrace._export.processor import SCOPE, AggregatingSpanProcessor
 from looptrace._export.settings import ExportOptions

@@ -14,6 +14,7 @@ from pathlib import Path
 from opentelemetry.sdk.trace import TracerProvider
 
 from looptrace._configure import configure, looptrace_resource
+from looptrace._core.clock import ManualClock
 from looptrace._distributed.ranks import RankInfo
 from looptrace._looptrace import Looptrace
 from looptrace._offline.reader import load_windows, open_inputs
@@ -21,7 +22,6 @@ from looptrace._offline.summary import render_summary, summarize_spans, summariz
 from looptrace._offline.table import render_table
 from looptrace._stats.errors import ConfigError
 from looptrace._stats.snapshot import Snapshot
-from looptrace.testing import FakeClock
 
 SPAN_FILE = "spans.jsonl"
 SNAPSHOT_FILE = "snapshots.jsonl"
@@ -44,7 +44,7 @@ class DemoResult:
 class _Work:
     """Draws section durations from skewed (log-normal) distributions and spends them."""
 
-    def __init__(self, clock: FakeClock, rng: random.Random) -> None:
+    def __init__(self, clock: ManualClock, rng: random.Random) -> None:
         self._clock = clock
         self._rng = rng
 
@@ -64,7 +64,7 @@ def run_demo(
     optimizer step, an evaluation every 50 steps and a checkpoint every 100. With `directory`,
     spans and snapshots are written there, into files of fresh names (see `_fresh_files`).
     """
-    clock = FakeClock()
+    clock = ManualClock()
     start = clock.monotonic_ns()
     work = _Work(clock, random.Random(seed))
     provider = TracerProvider(resource=looptrace_resource("looptrace-demo", RankInfo()))
@@ -108,7 +108,7 @@ def run_demo(
 
 
 def _configure(
-    clock: FakeClock, provider: TracerProvider, directory: Path | None
+    clock: ManualClock, provider: TracerProvider, directory: Path | None
 ) -> tuple[Looptrace, Path | None, Path | None]:
     """Return the demo's looptrace (every step traced) and the span and snapshot files."""
 

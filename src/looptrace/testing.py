@@ -22,8 +22,10 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from looptrace._configure import configure
-from looptrace._core.ids import StepIdGenerator
+from looptrace._core.clock import MANUAL_EPOCH_NS as _EPOCH_NS
+from looptrace._core.clock import ManualClock
 from looptrace._distributed.ranks import RankInfo
+from looptrace._export.id_generator import StepIdGenerator
 from looptrace._looptrace import Looptrace
 
 __all__ = [
@@ -35,31 +37,7 @@ __all__ = [
     "looptrace_capture",
 ]
 
-_EPOCH_NS = 1_767_225_600_000_000_000  # 2026-01-01T00:00:00Z, so timestamps are reproducible
-
-
-class FakeClock:
-    """A clock that moves only when told to; durations in tests are exact."""
-
-    __slots__ = ("_epoch_ns", "_now_ns")
-
-    def __init__(self, start_s: float = 1000.0, epoch_ns: int = _EPOCH_NS) -> None:
-        self._now_ns = round(start_s * 1e9)
-        self._epoch_ns = epoch_ns - self._now_ns
-
-    def advance(self, seconds: float) -> None:
-        """Move time forward by `seconds` (never backward)."""
-        if seconds < 0:
-            raise ValueError(f"a clock cannot go back: advance({seconds})")
-        self._now_ns += round(seconds * 1e9)
-
-    def monotonic_ns(self) -> int:
-        """Return the fake monotonic time."""
-        return self._now_ns
-
-    def time_ns(self) -> int:
-        """Return the fake wall-clock time, a fixed epoch plus the monotonic time."""
-        return self._epoch_ns + self._now_ns
+FakeClock = ManualClock  # the name tests know; the demo runs on the same clock
 
 
 class FakeEvent:

@@ -42,3 +42,33 @@ class EpochAnchor:
     def epoch_ns(self, monotonic_ns: int) -> int:
         """Return the epoch timestamp of a monotonic reading."""
         return self.offset_ns + monotonic_ns
+
+
+MANUAL_EPOCH_NS = 1_767_225_600_000_000_000  # 2026-01-01T00:00:00Z, so timestamps are reproducible
+
+
+class ManualClock:
+    """A clock that moves only when told to: exact durations for tests and the simulated demo.
+
+    `looptrace.testing.FakeClock` is this class.
+    """
+
+    __slots__ = ("_epoch_ns", "_now_ns")
+
+    def __init__(self, start_s: float = 1000.0, epoch_ns: int = MANUAL_EPOCH_NS) -> None:
+        self._now_ns = round(start_s * 1e9)
+        self._epoch_ns = epoch_ns - self._now_ns
+
+    def advance(self, seconds: float) -> None:
+        """Move time forward by `seconds` (never backward)."""
+        if seconds < 0:
+            raise ValueError(f"a clock cannot go back: advance({seconds})")
+        self._now_ns += round(seconds * 1e9)
+
+    def monotonic_ns(self) -> int:
+        """Return the manual monotonic time."""
+        return self._now_ns
+
+    def time_ns(self) -> int:
+        """Return the manual wall-clock time, a fixed epoch plus the monotonic time."""
+        return self._epoch_ns + self._now_ns

@@ -10,6 +10,7 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Status, StatusCode
 
+from looptrace._core import ranges as _ranges
 from looptrace._core.clock import Clock, EpochAnchor
 from looptrace._core.device import DeviceClock, DeviceTiming
 from looptrace._core.ids import StepTraces
@@ -191,6 +192,8 @@ class Engine:
         else:
             parent.children.append(interval)
         node_state.stack.append(interval)
+        if _ranges.active():
+            _ranges.begin(interval)
         return interval
 
     def _lap_context(self, node: Timer, step: int) -> Context | None:
@@ -219,6 +222,8 @@ class Engine:
         children = interval.children
         while children:
             self.end(state, children[-1], now)
+        if _ranges.OPEN:
+            _ranges.end(interval)
         duration = now - interval.seg_start
         node_state = interval.state
         if interval.device is None:
@@ -260,6 +265,7 @@ class Engine:
             and interval.span is None
             and interval.device is None
             and parent is interval.parent
+            and not (_ranges.OPEN or _ranges.active())
         )
         if in_place:
             if parent is None:
@@ -296,6 +302,8 @@ class Engine:
         result is the same as `end()` followed by `start()`. Returns False, changing nothing,
         when the general path is needed.
         """
+        if _ranges.OPEN or _ranges.active():
+            return False
         children = current.children
         if len(children) != 1 or current.span is not None or current.device is not None:
             return False

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import threading
+from typing import Protocol
 
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
 
@@ -25,47 +25,20 @@ def step_ids(run_id: str, path: str, lap: int) -> tuple[int, int]:
     return trace_id, span_id
 
 
-class StepIdGenerator(RandomIdGenerator):
-    """Random ids, except for a span whose ids looptrace pinned just before starting it.
-
-    A TracerProvider needs this generator for rank 0's lap spans to carry the derived ids;
-    looptrace builds its own provider with it. Pass `id_generator=StepIdGenerator()` when
-    building a provider yourself to get the same cross-rank traces.
-    """
-
-    def __init__(self) -> None:
-        self._pinned = threading.local()
+class IdPinner(Protocol):
+    """An id generator that can be told the ids of the next root span (`StepIdGenerator`)."""
 
     def pin(self, trace_id: int, span_id: int) -> None:
         """Make the next root span started in this thread use these ids."""
-        self._pinned.ids = (trace_id, span_id)
 
     def unpin(self) -> None:
-        """Forget pinned ids that no span consumed (a disabled or non-recording tracer)."""
-        self._pinned.ids = None
-
-    def generate_trace_id(self) -> int:
-        """Return the pinned trace id, else a random one."""
-        ids: tuple[int, int] | None = getattr(self._pinned, "ids", None)
-        return ids[0] if ids is not None else super().generate_trace_id()
-
-    def generate_span_id(self) -> int:
-        """Return the pinned span id (once), else a random one."""
-        ids: tuple[int, int] | None = getattr(self._pinned, "ids", None)
-        if ids is None:
-            return super().generate_span_id()
-        self._pinned.ids = None
-        return ids[1]
-
-    def is_trace_id_random(self) -> bool:
-        """Return False for a pinned trace id: a hash, not random (W3C random-trace-id flag)."""
-        return getattr(self._pinned, "ids", None) is None
+        """Forget pinned ids that no span consumed."""
 
 
 class StepTraces:
     """Parent contexts for outermost laps so that all ranks' laps of a step share one trace."""
 
-    def __init__(self, run_id: str, rank: int, generator: StepIdGenerator) -> None:
+    def __init__(self, run_id: str, rank: int, generator: IdPinner) -> None:
         self.run_id = run_id
         self.rank = rank
         self._generator = generator

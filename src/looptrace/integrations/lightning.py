@@ -1,0 +1,334 @@
+"""Lightning: its profiler actions as looptrace sections, or laps from a callback's hooks.
+
+`LooptraceProfiler` is a `lightning.pytorch.profilers.Profiler`: pass it as
+`Trainer(profiler=LooptraceProfiler(lt))` and Lightning's own actions (`run_training_batch`,
+`[Strategy]…backward`, `optimizer_step`, the data fetch, callbacks' hooks …) become sections,
+with a lap per training batch. `LooptraceCallback` is for users who keep another profiler: it
+laps per batch from the batch hooks and logs a window's statistics with `pl_module.log_dict`.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import lightning.pytorch as pl
+from lightning.pytorch.profilers import Profiler
+
+from looptrace._core.timer import Section, Timer
+from looptrace._looptrace import Looptrace
+from looptrace._offline.summary import _merge
+from looptrace._offline.table import render_table
+from looptrace._stats.snapshot import SectionStats, Snapshot
+from looptrace.integrations._common import DEFAULT_STATS, checked_stats, failed, flat_metrics
+
+__all__ = ["LooptraceCallback", "LooptraceProfiler", "section_name"]
+
+FETCH = "[_TrainingEpochLoop].train_dataloader_next"
+EPOCH = "run_training_epoch"
+BATCH = "run_training_batch"
+# Actions that start outside a training batch even while its lap runs (validation inside an
+# epoch runs after a batch's hooks and before the next fetch).
+_OUTSIDE_BATCH = ("[_EvaluationLoop]", "validation", "sanity")
+
+
+class _Kind(enum.Enum):
+    """What an action means for the laps."""
+
+    FETCH = "a training batch's data fetch"
+    BATCH = "a training batch"
+    OUTSIDE = "outside training batches"
+    SECTION = "a section"
+    SKIP = "not timed"
+
+
+def _kind(action: str) -> _Kind:
+    if action == FETCH:
+        return _Kind.FETCH
+    if action == BATCH:
+        return _Kind.BATCH
+    if any(mark in action for mark in _OUTSIDE_BATCH):
+        return _Kind.OUTSIDE
+    return _Kind.SECTION
+
+
+def section_name(action: str) -> str:
+    """Return the section name of a Lightning action: its dots become `:`.
+
+    `[Strategy]SingleDeviceStrategy.backward` becomes `[Strategy]SingleDeviceStrategy:backward`
+    (a dot separates path levels in looptrace).
+    """
+    return action.replace(".", ":") or "_"
+
+
+class _Frame:
+    """A started action: its name and the section entry that times it."""
+
+    __slots__ = ("action", "section")
+
+    def __init__(self, action: str, section: Section) -> None:
+        self.action = action
+        self.section = section
+
+
+class LooptraceProfiler(Profiler):
+    """A Lightning profiler whose actions are looptrace sections, with a lap per training batch.
+
+    Laps of the timer `root.<name>` run from one training batch's data fetch to the next (or
+    to the end of the epoch, or the start of validation); the actions started while a lap runs
+    are its sections, nested as Lightning nests them. Every other action (setup, epoch hooks,
+    validation) is a section of the timer `root.<name>_fit`, which runs from the first action
+    to the end of the stage. Stops arrive by name: stopping an action also ends the actions
+    started inside it that are still running, and a stop with no running action is ignored.
+
+    `summary()` (Lightning prints it at the end of a stage) closes a window with `lt.reset()`
+    and renders looptrace's table of this profiler's sections over the windows since `setup`.
+
+    Args:
+        lt: the configured looptrace.
+        name: name of the lap timer (`root.lightning`); the other actions go under
+            `root.<name>_fit`.
+        rename: maps an action to its section name (default `section_name`: dots become `:`).
+        keep: which actions become sections (default all); each costs a section per call, so
+            `keep=lambda action: not action.startswith("[Callback]")` makes a batch cheaper.
+            The data fetch, `run_training_batch`, `run_training_epoch` and validation's actions
+            are always kept.
+        dirpath: where Lightning writes the summary (see Lightning's `Profiler`).
+        filename: file name of the summary; without one it is logged.
+
+    """
+
+    def __init__(
+        self,
+        lt: Looptrace,
+        *,
+        name: str = "lightning",
+        rename: Callable[[str], str] = section_name,
+        keep: Callable[[str], bool] | None = None,
+        dirpath: str | None = None,
+        filename: str | None = None,
+    ) -> None:
+        super().__init__(dirpath=dirpath, filename=filename)
+        self.lt = lt
+        self.batches: Timer = lt.timer(name)
+        self.fit: Timer = lt.timer(f"{name}_fit")
+        self._rename = rename
+        self._keep = keep
+        self._in_batch: list[_Frame] = []
+        self._outside: list[_Frame] = []
+        self._windows: list[Snapshot] = []
+        self._watching = False
+        self._trained = False
+        self._kinds: dict[str, _Kind] = {}
+        self._sections: dict[tuple[Timer, str], Section] = {}
+
+    def setup(self, stage: str, local_rank: int | None = None, log_dir: str | None = None) -> None:
+        """Start collecting this stage's windows for `summary()`."""
+        super().setup(stage, local_rank=local_rank, log_dir=log_dir)
+        if not self._watching:
+            self.lt._outputs.on_reset.append(self._windows.append)
+            self._watching = True
+
+    def start(self, action_name: str) -> None:
+        """Start the section of `action_name`; a training batch's data fetch starts a lap."""
+        try:
+            kind = self._kinds.get(action_name)
+            if kind is None:
+                kind = _kind(action_name)
+                if kind is _Kind.SECTION and action_name != EPOCH and self._keep is not None:
+                    kind = _Kind.SECTION if self._keep(action_name) else _Kind.SKIP
+                self._kinds[action_name] = kind
+            if kind is _Kind.SKIP:
+                return
+            if kind is _Kind.FETCH:
+                # A lap per batch: a prefetch before the batch's training step stays in its lap.
+                if self._trained or not self.batches.running:
+                    self._close(self._in_batch, 0)
+                    self.batches.record()
+                    self._trained = False
+            elif kind is _Kind.BATCH:
+                self._trained = True
+            elif kind is _Kind.OUTSIDE:
+                self._end_batch()
+            inside = bool(self._in_batch) or self.batches.running
+            frames = self._in_batch if inside else self._outside
+            parent = frames[-1].section.timer if frames else (self.batches if inside else self.fit)
+            section = self._sections.get((parent, action_name))
+            if section is None:
+                section = parent.section(self._rename(action_name))
+                self._sections[(parent, action_name)] = section
+            section.start()
+            frames.append(_Frame(action_name, section))
+        except Exception:
+            failed(self.lt, "LooptraceProfiler.start")
+
+    def stop(self, action_name: str) -> None:
+        """End the latest running section of `action_name` and those started inside it."""
+        if self._kinds.get(action_name) is _Kind.SKIP:
+            return
+        try:
+            for frames in (self._in_batch, self._outside):
+                for index in range(len(frames) - 1, -1, -1):
+                    if frames[index].action == action_name:
+                        if action_name == EPOCH:
+                            self._end_batch()
+                        self._close(frames, index)
+                        return
+        except Exception:
+            failed(self.lt, "LooptraceProfiler.stop")
+
+    def summary(self) -> str:
+        """Close a window and return looptrace's table of this profiler's sections so far."""
+        try:
+            self._end_stage()
+            self.lt.reset()
+            mine = (self.batches.path, self.fit.path)
+            parts: dict[str, list[SectionStats]] = {}
+            for window in self._windows:
+                for path, stats in window.items():
+                    if stats.count and any(path == p or path.startswith(f"{p}.") for p in mine):
+                        parts.setdefault(path, []).append(stats)
+            self._windows.clear()
+            return render_table({path: _merge(found) for path, found in sorted(parts.items())})
+        except Exception:
+            failed(self.lt, "LooptraceProfiler.summary")
+            return ""
+
+    def teardown(self, stage: str | None) -> None:
+        """End what still runs and stop collecting windows."""
+        try:
+            self._end_stage()
+            if self._watching:
+                sinks = self.lt._outputs.on_reset
+                for index, sink in enumerate(sinks):
+                    if sink == self._windows.append:
+                        del sinks[index]
+                        break
+                self._watching = False
+        except Exception:
+            failed(self.lt, "LooptraceProfiler.teardown")
+        super().teardown(stage)
+
+    def __del__(self) -> None:
+        # Lightning's profilers tear down when collected; looptrace may be shut down by then.
+        super().teardown(self._stage)
+
+    def _end_batch(self) -> None:
+        self._close(self._in_batch, 0)
+        if self.batches.running:
+            self.batches.stop()
+
+    def _end_stage(self) -> None:
+        self._end_batch()
+        self._close(self._outside, 0)
+        if self.fit.running:
+            self.fit.stop()
+
+    @staticmethod
+    def _close(frames: list[_Frame], index: int) -> None:
+        """End `frames[index:]`, innermost first."""
+        while len(frames) > index:
+            frames.pop().section.stop()
+
+
+class LooptraceCallback(pl.Callback):
+    """Laps per training batch from Lightning's hooks, for runs that keep another profiler.
+
+    The timer `root.<name>` laps per batch: `forward` from the batch start, `backward` between
+    `on_before_backward` and `on_after_backward`, `after_backward` up to
+    `on_before_optimizer_step`, `optimizer` from there to the batch end, and `data` for the gap
+    before the next batch of the epoch. Every `log_every` batches it closes a window with
+    `lt.reset()` and logs the chosen statistics with `pl_module.log_dict`, keys like
+    `timing/root/train/forward/mean`.
+
+    Args:
+        lt: the configured looptrace.
+        name: the lap timer's name (`root.train`).
+        log_every: batches per window (0: never reset or log).
+        stats: the statistics logged per section.
+        prefix: the first part of every key.
+        sep: separates the parts of a key (`/` groups them in Lightning's loggers).
+
+    """
+
+    def __init__(
+        self,
+        lt: Looptrace,
+        *,
+        name: str = "train",
+        log_every: int = 50,
+        stats: Iterable[str] = DEFAULT_STATS,
+        prefix: str = "timing",
+        sep: str = "/",
+    ) -> None:
+        self.lt = lt
+        self.timer = lt.timer(name)
+        self.log_every = log_every
+        self.stats = checked_stats(stats, "LooptraceCallback")
+        self.prefix = prefix
+        self.sep = sep
+        self._batches = 0
+        self.last: Snapshot | None = None
+
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        """Start the batch's lap (or end the `data` gap in it) with `forward`."""
+        self._record("forward")
+
+    def on_before_backward(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: Any
+    ) -> None:
+        """Switch to `backward`."""
+        self._record("backward")
+
+    def on_after_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """Switch to `after_backward`."""
+        self._record("after_backward")
+
+    def on_before_optimizer_step(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: Any
+    ) -> None:
+        """Switch to `optimizer`."""
+        self._record("optimizer")
+
+    def on_train_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
+        """End the lap; start the next one with `data` unless the epoch ends; log a window."""
+        try:
+            last = batch_idx + 1 >= trainer.num_training_batches or (
+                trainer.max_steps >= 0 and trainer.global_step >= trainer.max_steps
+            )
+            if last:
+                self.timer.stop()
+            else:
+                self.timer.record()
+                self.timer.record("data")
+            self._batches += 1
+            if self.log_every and self._batches % self.log_every == 0:
+                self.last = self.lt.reset()
+                pl_module.log_dict(
+                    flat_metrics(
+                        self.last, prefix=self.prefix, stats_names=self.stats, sep=self.sep
+                    )
+                )
+        except Exception:
+            failed(self.lt, "LooptraceCallback.on_train_batch_end")
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """End a lap still running (an epoch cut short)."""
+        if self.timer.running:
+            self.timer.stop()
+
+    def _record(self, section: str) -> None:
+        try:
+            self.timer.record(section)
+        except Exception:
+            failed(self.lt, f"LooptraceCallback {section}")
