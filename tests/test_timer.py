@@ -8,7 +8,7 @@ import pytest
 
 from looptrace.testing import Capture, capture
 
-from .conftest import counts, totals
+from .conftest import PreemptingClock, Worker, counts, totals
 
 
 def test_record_laps_a_running_timer(cap: Capture) -> None:
@@ -366,3 +366,32 @@ def test_section_object_shared_by_threads(cap: Capture) -> None:
     for thread in threads:
         thread.join()
     assert counts(cap.lt.reset()) == {"root.training": 2, "root.training.io": 2}
+
+
+def test_reset_preempted_after_reading_the_clock_counts_each_lap_once() -> None:
+    """A lap made between reset()'s clock read and its cut is counted once, not twice."""
+    clock = PreemptingClock()
+    cap = capture(trace_every=0, clock=clock)
+    train = cap.lt.timer("training")
+    worker = Worker()
+    worker.run(train.record)
+    ran = 0
+    windows = []
+    for _ in range(10):
+        for _ in range(5):
+            clock.advance(0.001)
+            worker.run(train.record)
+            ran += 1
+
+        def lap_in_between() -> None:
+            clock.advance(0.001)
+            worker.run(train.record)
+
+        clock.on_read = lap_in_between
+        windows.append(cap.lt.reset())
+        ran += 1
+    worker.run(train.stop)
+    windows.append(cap.lt.reset())
+    worker.close()
+    assert ran == 60
+    assert round(sum(w["root.training"].total for w in windows), 9) == 0.06

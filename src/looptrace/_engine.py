@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import weakref
+from collections import deque
 from typing import TYPE_CHECKING
 
 from opentelemetry import trace
@@ -54,6 +56,10 @@ class Engine:
         self.local = threading.local()
         self._states: dict[int, ThreadState] = {}
         self._states_lock = threading.Lock()
+        # States of exited threads with their exit time, closed at the next window or thread
+        # start: the finaliser that reports them can run inside `os.fork`, so it takes no lock.
+        self._exited: deque[tuple[ThreadState, int]] = deque()
+        self._pid = os.getpid()
         self.device = DeviceTiming(device_clock, tracer, self.anchor, incidents, self._span_base)
 
     # -- thread states -------------------------------------------------------------------
@@ -64,6 +70,9 @@ class Engine:
             return self.local.state  # type: ignore[no-any-return]
         except AttributeError:
             pass
+        if self._exited:
+            with self.aggregator.lock:
+                self.close_exited()
         state = ThreadState()
         holder = Holder(state)
         finalizer = weakref.finalize(holder, self._thread_exited, state)
@@ -97,35 +106,48 @@ class Engine:
                 aggregator.merge(*batch)
 
     def close_window(self, now: int) -> None:
-        """Cut every running interval at `now` and merge everything measured before it.
+        """Cut every running interval and merge everything measured before the cut.
 
-        The caller holds the aggregator's lock, so no measurement after the cut can reach
-        this window.
+        Each thread is cut at one instant, read while its lock is held: a thread that lapped
+        after `reset()` read `now` has that lap in this window and nothing before its cut in
+        the next, so no time is counted twice or lost. The caller holds the aggregator's
+        lock, so no measurement after a cut can reach this window.
         """
+        self.close_exited()
         with self._states_lock:
             states = list(self._states.values())
         aggregator = self.aggregator
         for state in states:
             with state.lock:
+                cut_at = max(now, self.now())
+                state.last_cut = cut_at
                 for top in state.tops:
-                    self.cut(state, top, now)
+                    self.cut(state, top, cut_at)
                 batches = self._drain(state)
             for batch in batches:
                 aggregator.merge(*batch)
 
     def _thread_exited(self, state: ThreadState) -> None:
-        """Close what a finished thread left running, so it is not carried into later windows."""
+        """Note that a thread ended (a finaliser: it may run inside `os.fork`, so no locks)."""
+        if os.getpid() == self._pid:  # in a forked child the state belongs to the parent
+            self._exited.append((state, self.now()))
+
+    def close_exited(self) -> None:
+        """End what exited threads left running, at their exit; holds the aggregator lock."""
         aggregator = self.aggregator
-        with aggregator.lock:
+        while self._exited:
+            state, at = self._exited.popleft()
+            with self._states_lock:
+                if self._states.get(id(state)) is not state:
+                    continue
+                del self._states[id(state)]
             with state.lock:
-                now = self.now()
+                at = max(at, state.last_cut)
                 for top in reversed(state.tops):
-                    self.end(state, top, now)
+                    self.end(state, top, at)
                 batches = self._drain(state)
             for batch in batches:
                 aggregator.merge(*batch)
-        with self._states_lock:
-            self._states.pop(id(state), None)
 
     def _drain(self, state: ThreadState) -> list[tuple[str, list[int], int, int]]:
         """Wait for the thread's device events and hand over all it measured; holds its lock."""
@@ -138,6 +160,8 @@ class Engine:
         state: ThreadState | None = getattr(self.local, "state", None)
         self._states_lock = threading.Lock()
         self._states = {}
+        self._exited = deque()
+        self._pid = os.getpid()
         if state is None:
             return
         state.lock = threading.Lock()
@@ -216,9 +240,15 @@ class Engine:
         self, state: ThreadState, interval: Interval, now: int, error: BaseException | None = None
     ) -> None:
         """End `interval` at `now`, its running descendants first (innermost first)."""
-        children = interval.children
-        while children:
-            self.end(state, children[-1], now)
+        if interval.children:
+            for descendant in reversed(_descendants(interval)):
+                self._end_one(state, descendant, now, None)
+        self._end_one(state, interval, now, error)
+
+    def _end_one(
+        self, state: ThreadState, interval: Interval, now: int, error: BaseException | None
+    ) -> None:
+        """End `interval`, which has no running children, at `now`."""
         duration = now - interval.seg_start
         node_state = interval.state
         if interval.device is None:
@@ -270,9 +300,9 @@ class Engine:
             self.end(state, interval, now)
             self.start(state, node, now, parent)
             return
-        children = interval.children
-        while children:
-            self.end(state, children[-1], now)
+        if interval.children:
+            for descendant in reversed(_descendants(interval)):
+                self._end_one(state, descendant, now, None)
         duration = now - interval.seg_start
         node_state.durations.append(duration)
         node_state.self_ns += duration - interval.seg_child
@@ -345,8 +375,13 @@ class Engine:
 
     def cut(self, state: ThreadState, interval: Interval, now: int) -> None:
         """Count the part of a running interval before `now`; the rest goes to the next window."""
-        for child in interval.children:
-            self.cut(state, child, now)
+        if interval.children:
+            for descendant in reversed(_descendants(interval)):
+                self._cut_one(state, descendant, now)
+        self._cut_one(state, interval, now)
+
+    def _cut_one(self, state: ThreadState, interval: Interval, now: int) -> None:
+        """Cut `interval` alone; its running children are cut already."""
         duration = now - interval.seg_start
         if duration > 0:
             if interval.device is None:
@@ -413,3 +448,19 @@ class Engine:
             span.end(end_time=end_ns)
         except Exception:
             self.incidents.failed("span end")
+
+
+def _descendants(interval: Interval) -> list[Interval]:
+    """Return the running descendants of `interval` in pre-order, children in start order.
+
+    Reversed, the list has every interval after its descendants and later siblings first:
+    the order in which they end. A loop, not recursion: nesting is as deep as the user's.
+    """
+    found: list[Interval] = []
+    pending = list(reversed(interval.children))
+    while pending:
+        current = pending.pop()
+        found.append(current)
+        if current.children:
+            pending.extend(reversed(current.children))
+    return found

@@ -13,6 +13,7 @@ import math
 import os
 import socket
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,15 @@ class LineFile:
             raise ConfigError(f"cannot open {path} for writing: {error.strerror}") from None
         if _ends_inside_a_line(path):
             self.write(b"\n")  # a killed writer left a partial line; keep it on its own
+        if hasattr(os, "register_at_fork"):  # an exporter thread may hold the lock at fork
+            ref = weakref.ref(self)
+
+            def renew_lock() -> None:
+                target = ref()
+                if target is not None:
+                    target._lock = threading.Lock()
+
+            os.register_at_fork(after_in_child=renew_lock)
 
     def write(self, line: bytes) -> None:
         """Append `line` (which ends in a newline) with as few `write()` calls as possible."""

@@ -84,13 +84,14 @@ class Interval:
 class ThreadState:
     """The timers of one thread; only `reset()` and thread exit contend for its lock."""
 
-    __slots__ = ("device", "full", "lock", "nodes", "thread", "tops")
+    __slots__ = ("device", "full", "last_cut", "lock", "nodes", "thread", "tops")
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.nodes: dict[Timer, NodeState] = {}
         self.tops: list[Interval] = []
         self.full = False  # some node holds FOLD_AT measurements: merge after the call
+        self.last_cut = 0  # the instant of the latest `reset()` cut of this thread
         self.device: DeviceQueue | None = None  # device segments waiting for their events
         # Made in the thread it describes. Outermost lap spans carry it (their sections are in
         # the same thread), so viewers can lay threads apart.

@@ -122,6 +122,8 @@ class Looptrace:
     def _after_fork_in_child(self) -> None:
         self._incidents.after_fork_in_child()
         self._aggregator.after_fork_in_child()
+        if self._processor is not None:
+            self._processor.after_fork_in_child()
         self._engine.after_fork_in_child()
         self._window_start = self._engine.now()
 
