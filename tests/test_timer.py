@@ -395,3 +395,27 @@ def test_reset_preempted_after_reading_the_clock_counts_each_lap_once() -> None:
     worker.close()
     assert ran == 60
     assert round(sum(w["root.training"].total for w in windows), 9) == 0.06
+
+
+@pytest.mark.parametrize("action", ["stop", "record", "reset"])
+def test_deep_recursion_needs_no_stack_in_the_engine(cap: Capture, action: str) -> None:
+    """450 nested decorated calls, then stop/record/reset at the bottom: no RecursionError."""
+    train = cap.lt.timer("training")
+    depth = 450
+
+    @train.timed("dive")
+    def dive(n: int) -> None:
+        cap.clock.advance(0.001)
+        if n > 1:
+            dive(n - 1)
+        elif action == "stop":
+            train.stop()
+        elif action == "record":
+            train.record()
+        else:
+            cap.lt.reset()
+
+    train.record()
+    dive(depth)
+    train.stop()
+    assert cap.lt.reset()["root.training.dive"].count == depth
