@@ -288,6 +288,40 @@ print(before, after_loop, rss())
     }
 
 
+def distinct_names(names: int) -> dict[str, float]:
+    """RSS growth over `names` distinct section names, and reset() cost before and after."""
+    code = f"""
+import looptrace, time
+from opentelemetry.sdk.trace import TracerProvider
+lt = looptrace.configure(tracer_provider=TracerProvider(), trace_every=0,
+                         rank=looptrace.RankInfo())
+train = lt.timer("train")
+def rss():
+    with open("/proc/self/status") as f:
+        return next(int(l.split()[1]) for l in f if l.startswith("VmRSS"))
+def reset_ns():
+    for n in {list(NAMES)!r}: train.record(n)
+    t0 = time.perf_counter_ns(); lt.reset(); return time.perf_counter_ns() - t0
+reset_before = min(reset_ns() for _ in range(20))
+before = rss()
+for i in range({names}):
+    train.record(f"name{{i}}")
+train.stop()
+lt.reset()
+print(before, rss(), reset_before, min(reset_ns() for _ in range(20)))
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.split()
+    before, after, reset_before, reset_after = (int(x) for x in out)
+    return {
+        "names": names,
+        "rss_growth_mb": (after - before) / 1024,
+        "reset_us_before": reset_before / 1000,
+        "reset_us_after": reset_after / 1000,
+    }
+
+
 def sketch_error(n: int) -> dict[str, float]:
     """Relative error of p50/p90/p99 against exact quantiles on log-normal durations."""
     import numpy as np
@@ -379,6 +413,12 @@ def print_report(
         f"RSS growth over {extra['rss']['sections']:,} aggregated sections: "
         f"{extra['rss']['rss_growth_mb']:.2f} MB"
     )
+    names = extra["names"]
+    print(
+        f"RSS growth over {names['names']:,} distinct section names: "
+        f"{names['rss_growth_mb']:.1f} MB; reset() {names['reset_us_before']:.0f} µs before, "
+        f"{names['reset_us_after']:.0f} µs after"
+    )
     print(
         "sketch relative error: "
         + ", ".join(f"{k[:3]} {v * 100:.3f} %" for k, v in extra["sketch"].items())
@@ -460,6 +500,7 @@ def main(argv: list[str] | None = None) -> int:
     extra = {
         "realistic_step": realistic_step_cost(200 if args.quick else 2000),
         "rss": rss_growth(100_000 if args.quick else 1_000_000),
+        "names": distinct_names(20_000 if args.quick else 200_000),
         "sketch": sketch_error(100_000 if args.quick else 1_000_000),
         "export": export_throughput(50 if args.quick else 500, sinks),
     }

@@ -98,6 +98,7 @@ class Aggregator:
         self.lock = threading.Lock()
         self._paths: dict[str, _PathAggregate] = {}
         self._known: set[str] = set()
+        self._warned = False
 
     def merge(self, path: str, durations: list[int], self_ns: int, errors: int) -> None:
         """Add one producer's batch for `path`; the caller holds `lock`."""
@@ -106,10 +107,12 @@ class Aggregator:
         durations.sort()
         agg = self._paths.get(path)
         if agg is None:
-            path = self._admit(path, len(durations))
+            path = self._admit(path)
             agg = self._paths.get(path)
             if agg is None:
                 agg = self._paths[path] = _PathAggregate()
+        if path == OTHER_PATH:
+            self.overflowed += len(durations)
         agg.add_sorted(durations, self_ns, errors)
         if self.recorder is not None:
             self.recorder(path, durations)
@@ -125,13 +128,22 @@ class Aggregator:
         self.lock = threading.Lock()
         self._paths = {}
 
-    def _admit(self, path: str, count: int) -> str:
-        if path in self._known:
+    def admit(self, path: str) -> str:
+        """Return `path` if it is or can be kept apart, else `"other"` (takes the lock).
+
+        Timers ask when they are made, so a name past the cap creates no state of its own.
+        """
+        with self.lock:
+            return self._admit(path)
+
+    def _admit(self, path: str) -> str:
+        if path in self._known and path != OTHER_PATH:
             return path
-        if len(self._known) < self.max_paths:
+        if len(self._known) < self.max_paths and path != OTHER_PATH:
             self._known.add(path)
             return path
-        if not self.overflowed:
+        if not self._warned:
+            self._warned = True
             _log.warning(
                 "looptrace: more than %d distinct section paths; %r and later new paths are "
                 "counted under %r",
@@ -139,5 +151,4 @@ class Aggregator:
                 path,
                 OTHER_PATH,
             )
-        self.overflowed += count
         return OTHER_PATH

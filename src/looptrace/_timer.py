@@ -7,12 +7,15 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import ParamSpec, TypeVar
 
+from looptrace._aggregator import OTHER_PATH
 from looptrace._engine import Engine
 from looptrace._errors import TimerError
 from looptrace._intervals import Interval, ThreadState
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+MAX_NAME_LENGTH = 200  # a section name longer than this is a TimerError
 
 
 class Timer:
@@ -26,6 +29,7 @@ class Timer:
         "__weakref__",
         "_children",
         "_engine",
+        "_overflow",
         "_section",
         "device",
         "name",
@@ -43,6 +47,7 @@ class Timer:
         self.path: str = name if parent is None else f"{parent.path}.{name}"
         self._children: dict[str, Timer] = {}
         self._section: Section | None = None
+        self._overflow: Timer | None = None  # times every name past the path cap
 
     def __repr__(self) -> str:
         return f"Timer({self.path!r})"
@@ -53,17 +58,33 @@ class Timer:
         `device=True` makes it time on the GPU with CUDA events (see the README, "GPU
         time"); the choice is made when the timer is first created.
         """
-        child = self._children.get(name)
+        try:
+            child = self._children.get(name)
+        except TypeError:  # unhashable: not a str, reported below
+            child = None
         if child is None:
             self._check_name(name)
-            child = self._children.setdefault(
-                name, Timer(self._engine, name, self, device=bool(device))
-            )
+            engine = self._engine
+            if (
+                self.path == OTHER_PATH
+                or engine.aggregator.admit(f"{self.path}.{name}") == OTHER_PATH
+            ):
+                return self._overflowed(device)
+            child = self._children.setdefault(name, Timer(engine, name, self, device=bool(device)))
         elif device is not None and device != child.device:
             raise TimerError(
                 f"timer {child.path!r} already times on the {'device' if child.device else 'host'}"
             )
         return child
+
+    def _overflowed(self, device: bool | None) -> Timer:
+        """Return the one child that times every name past the path cap, as path `other`."""
+        overflow = self._overflow
+        if overflow is None:
+            overflow = Timer(self._engine, OTHER_PATH, self, device=bool(device))
+            overflow.path = OTHER_PATH
+            self._overflow = overflow
+        return overflow
 
     @property
     def running(self) -> bool:
@@ -78,7 +99,13 @@ class Timer:
         instant, or starts one on a stopped timer. `record(name)` starts this timer if needed,
         ends the running sibling sections, and starts `name` (lapping it if it was running).
         """
-        child = None if name is None else self._children.get(name) or self.timer(name)
+        if name is None:
+            child = None
+        else:
+            try:
+                child = self._children[name]
+            except (KeyError, TypeError):  # first use, or not a name at all
+                child = self.timer(name)
         engine = self._engine
         if engine.closed:
             engine.incidents.misused("closed", f"{self.path}.record() after shutdown()")
@@ -133,7 +160,10 @@ class Timer:
         in this thread (recursion) nests a new interval instead of lapping it. Leaving it ends
         that interval only; this timer keeps running.
         """
-        child = self._children.get(name) or self.timer(name)
+        try:
+            child = self._children[name]
+        except (KeyError, TypeError):  # first use, or not a name at all
+            child = self.timer(name)
         section = child._section
         if section is None:
             section = child._section = Section(self, child)
@@ -208,6 +238,11 @@ class Timer:
             raise TimerError(f"a section name must be a str, got {type(name).__name__} {name!r}")
         if not name:
             raise TimerError("a section name must not be empty")
+        if len(name) > MAX_NAME_LENGTH:
+            raise TimerError(
+                f"section name {name[:40]!r}... is {len(name)} characters long; the limit is "
+                f"{MAX_NAME_LENGTH}"
+            )
         if "." in name:
             raise TimerError(f"section name {name!r} contains '.', which separates path levels")
 
