@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
@@ -419,3 +421,98 @@ def test_deep_recursion_needs_no_stack_in_the_engine(cap: Capture, action: str) 
     dive(depth)
     train.stop()
     assert cap.lt.reset()["root.training.dive"].count == depth
+
+
+def test_asyncio_tasks_keep_their_own_sections(cap: Capture) -> None:
+    """Two tasks on one loop: B entering a section does not end A's, each measures its own."""
+    t = cap.lt.timer("handler")
+    clock = cap.clock
+
+    async def main() -> None:
+        a_in, b_done = asyncio.Event(), asyncio.Event()
+
+        async def task_a() -> None:
+            with t.section("a"):
+                a_in.set()
+                await b_done.wait()
+                clock.advance(0.15)
+            t.stop()
+
+        async def task_b() -> None:
+            await a_in.wait()
+            clock.advance(0.1)
+            with t.section("b"):
+                clock.advance(0.05)
+            t.stop()
+            b_done.set()
+
+        await asyncio.gather(task_a(), task_b())
+
+    asyncio.run(main())
+    snap = cap.lt.reset()
+    assert totals(snap) == {"root.handler": 0.35, "root.handler.a": 0.3, "root.handler.b": 0.05}
+    assert counts(snap) == {"root.handler": 2, "root.handler.a": 1, "root.handler.b": 1}
+    assert cap.lt.health().misuse == 0
+
+
+def test_a_finished_task_ends_what_it_left_running(cap: Capture) -> None:
+    """Sections a task leaves running end when it is done, not in later windows."""
+    t = cap.lt.timer("handler")
+
+    async def handle() -> None:
+        t.record("x")
+        cap.clock.advance(1.0)
+
+    async def main() -> None:
+        await asyncio.create_task(handle())
+        await asyncio.sleep(0)  # the task's done callbacks run
+        cap.clock.advance(5.0)
+
+    asyncio.run(main())
+    assert totals(cap.lt.reset()) == {"root.handler": 1.0, "root.handler.x": 1.0}
+
+
+def test_timed_async_and_generator_functions_measure_the_whole_call(cap: Capture) -> None:
+    """@timed on async def, generator and async generator functions spans awaits and yields."""
+    t = cap.lt.timer("serve")
+    clock = cap.clock
+
+    @t.timed()
+    async def handle() -> int:
+        clock.advance(0.1)
+        await asyncio.sleep(0)
+        clock.advance(0.2)
+        return 7
+
+    @t.timed()
+    def produce() -> Iterator[int]:
+        for i in range(3):
+            clock.advance(0.1)
+            yield i
+
+    @t.timed()
+    async def stream() -> AsyncIterator[int]:
+        for i in range(2):
+            clock.advance(0.25)
+            await asyncio.sleep(0)
+            yield i
+
+    async def consume() -> list[int]:
+        return [item async for item in stream()]
+
+    assert asyncio.run(handle()) == 7
+    assert list(produce()) == [0, 1, 2]
+    t.stop()
+    assert asyncio.run(consume()) == [0, 1]
+    first = produce()
+    next(first)
+    first.close()  # closed early: the call ends there, without an error
+    t.stop()
+    snap = cap.lt.reset()
+    assert sum(s.errors for s in snap.values()) == 0
+    assert totals(snap) == {
+        "root.serve": 1.2,  # 0.3 + 0.5 in the tasks, 0.3 + 0.1 in this thread
+        "root.serve.handle": 0.3,
+        "root.serve.produce": 0.4,
+        "root.serve.stream": 0.5,
+    }

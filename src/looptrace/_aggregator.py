@@ -98,6 +98,7 @@ class Aggregator:
         self.lock = threading.Lock()
         self._paths: dict[str, _PathAggregate] = {}
         self._known: set[str] = set()
+        self._known_lock = threading.Lock()  # not `lock`: timers are made under it too
         self._warned = False
 
     def merge(self, path: str, durations: list[int], self_ns: int, errors: int) -> None:
@@ -126,22 +127,23 @@ class Aggregator:
     def after_fork_in_child(self) -> None:
         """Start empty with a fresh lock: a forked child counts only its own sections."""
         self.lock = threading.Lock()
+        self._known_lock = threading.Lock()
         self._paths = {}
 
     def admit(self, path: str) -> str:
-        """Return `path` if it is or can be kept apart, else `"other"` (takes the lock).
+        """Return `path` if it is or can be kept apart, else `"other"`.
 
         Timers ask when they are made, so a name past the cap creates no state of its own.
         """
-        with self.lock:
-            return self._admit(path)
+        return self._admit(path)
 
     def _admit(self, path: str) -> str:
         if path in self._known and path != OTHER_PATH:
             return path
-        if len(self._known) < self.max_paths and path != OTHER_PATH:
-            self._known.add(path)
-            return path
+        with self._known_lock:
+            if len(self._known) < self.max_paths and path != OTHER_PATH:
+                self._known.add(path)
+                return path
         if not self._warned:
             self._warned = True
             _log.warning(

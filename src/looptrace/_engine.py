@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 import weakref
+from asyncio import current_task
+from asyncio.events import _get_running_loop
 from collections import deque
-from typing import TYPE_CHECKING
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
 from opentelemetry.context import Context
@@ -60,27 +64,60 @@ class Engine:
         # start: the finaliser that reports them can run inside `os.fork`, so it takes no lock.
         self._exited: deque[tuple[ThreadState, int]] = deque()
         self._pid = os.getpid()
+        self._task: ContextVar[tuple[weakref.ref[asyncio.Task[Any]], ThreadState] | None] = (
+            ContextVar("looptrace_task_state", default=None)
+        )
         self.device = DeviceTiming(device_clock, tracer, self.anchor, incidents, self._span_base)
 
     # -- thread states -------------------------------------------------------------------
 
     def state(self) -> ThreadState:
-        """Return the calling thread's state, creating it on first use."""
+        """Return the running asyncio task's state, else the calling thread's."""
+        if _get_running_loop() is not None:
+            return self.task_state()
+        return self.thread_state()
+
+    def thread_state(self) -> ThreadState:
+        """Return the calling thread's state, made on first use."""
         try:
             return self.local.state  # type: ignore[no-any-return]
         except AttributeError:
             pass
-        if self._exited:
-            with self.aggregator.lock:
-                self.close_exited()
-        state = ThreadState()
+        state = self._new_state()
         holder = Holder(state)
         finalizer = weakref.finalize(holder, self._thread_exited, state)
         finalizer.atexit = False
-        with self._states_lock:
-            self._states[id(state)] = state
         self.local.holder = holder
         self.local.state = state
+        return state
+
+    def task_state(self) -> ThreadState:
+        """Return the state of the running asyncio task (the thread's outside any task).
+
+        Concurrent tasks on one thread each lap their own timers; a task's running sections
+        end when it is done.
+        """
+        task = current_task()
+        if task is None:
+            return self.thread_state()
+        found = self._task.get()
+        if found is not None and found[0]() is task:
+            return found[1]
+        state = self._new_state()
+        self._task.set((weakref.ref(task), state))
+        task.add_done_callback(lambda _task: self._thread_exited(state))
+        return state
+
+    def _new_state(self) -> ThreadState:
+        lock = self.aggregator.lock
+        if self._exited and lock.acquire(blocking=False):  # else the next reset() does it
+            try:
+                self.close_exited()
+            finally:
+                lock.release()
+        state = ThreadState()
+        with self._states_lock:
+            self._states[id(state)] = state
         return state
 
     def steps_done(self) -> int | None:
@@ -89,11 +126,18 @@ class Engine:
         With several outermost timers, the largest count. It is the step a `reset()` window
         closes at: the spans of that window have `looptrace.step` below it.
         """
-        state: ThreadState | None = getattr(self.local, "state", None)
-        if state is None:
-            return None
-        running = {interval.node for interval in state.tops}
-        done = [node.laps - (timer in running) for timer, node in state.nodes.items() if node.laps]
+        mine: ThreadState | None = getattr(self.local, "state", None)
+        if mine is not None:
+            states = [mine]
+        else:  # e.g. a signal's helper thread: the most laps of any thread
+            with self._states_lock:
+                states = list(self._states.values())
+        done = [
+            node.laps - any(interval.node is timer for interval in state.tops)
+            for state in states
+            for timer, node in list(state.nodes.items())
+            if node.laps
+        ]
         return max(done, default=None)
 
     def merge_pending(self, state: ThreadState) -> None:

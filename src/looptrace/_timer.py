@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+import inspect
+from asyncio.events import _get_running_loop
+from collections.abc import AsyncGenerator, Callable, Coroutine, Generator
 from types import TracebackType
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar, cast
 
 from looptrace._aggregator import OTHER_PATH
 from looptrace._engine import Engine
@@ -92,7 +94,7 @@ class Timer:
         mine = self._engine.state().nodes.get(self)
         return mine is not None and bool(mine.stack)
 
-    def record(self, name: str | None = None) -> None:
+    def record(self, name: str | None = None) -> None:  # noqa: PLR0912 - hot path, inlined
         """Lap this timer, or switch it to section `name`.
 
         `record()` ends the running interval (one measurement) and starts the next at the same
@@ -110,10 +112,13 @@ class Timer:
         if engine.closed:
             engine.incidents.misused("closed", f"{self.path}.record() after shutdown()")
             return
-        try:
-            state: ThreadState = engine.local.state
-        except AttributeError:
-            state = engine.state()
+        if _get_running_loop() is None:
+            try:
+                state: ThreadState = engine.local.state
+            except AttributeError:
+                state = engine.thread_state()
+        else:
+            state = engine.task_state()
         lock = state.lock
         lock.acquire()  # not `with`: this is the hot path, and half the cost
         try:
@@ -184,10 +189,13 @@ class Timer:
         if engine.closed:
             engine.incidents.misused("closed", f"{child.path} entered after shutdown()")
             return None
-        try:
-            state: ThreadState = engine.local.state
-        except AttributeError:
-            state = engine.state()
+        if _get_running_loop() is None:
+            try:
+                state: ThreadState = engine.local.state
+            except AttributeError:
+                state = engine.thread_state()
+        else:
+            state = engine.task_state()
         lock = state.lock
         lock.acquire()  # not `with`: this is the hot path, and half the cost
         try:
@@ -208,10 +216,13 @@ class Timer:
     def _exit(self, child: Timer, interval: Interval | None, error: BaseException | None) -> None:
         """Leave an entry of section `child`: `interval`, or (None) the thread's latest held one."""
         engine = self._engine
-        try:
-            state: ThreadState = engine.local.state
-        except AttributeError:
-            state = engine.state()
+        if _get_running_loop() is None:
+            try:
+                state: ThreadState = engine.local.state
+            except AttributeError:
+                state = engine.thread_state()
+        else:
+            state = engine.task_state()
         lock = state.lock
         lock.acquire()  # not `with`: this is the hot path, and half the cost
         try:
@@ -285,7 +296,17 @@ class Section:
         self._owner._exit(self.timer, None, exc)
 
     def __call__(self, func: Callable[P, R]) -> Callable[P, R]:
-        """Wrap `func` so that every call is one entry of this section."""
+        """Wrap `func` so that every call is one entry of this section.
+
+        For an `async def`, a generator or an async generator function the entry spans the
+        whole call: every await, or the iteration until the generator is exhausted or closed.
+        """
+        if inspect.iscoroutinefunction(func):
+            return cast("Callable[P, R]", self._wrap_coroutine(func))
+        if inspect.isasyncgenfunction(func):
+            return cast("Callable[P, R]", self._wrap_async_generator(func))
+        if inspect.isgeneratorfunction(func):
+            return cast("Callable[P, R]", self._wrap_generator(func))
         owner, timer = self._owner, self.timer
 
         @functools.wraps(func)
@@ -300,5 +321,73 @@ class Section:
             if interval is not None:
                 owner._exit(timer, interval, None)
             return result
+
+        return wrapper
+
+    def _wrap_coroutine(
+        self, func: Callable[P, Coroutine[Any, Any, Any]]
+    ) -> Callable[P, Coroutine[Any, Any, Any]]:
+        owner, timer = self._owner, self.timer
+
+        @functools.wraps(func)
+        async def wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
+            interval = owner._enter(timer, hold=False)
+            try:
+                result = await func(*args, **kwargs)
+            except BaseException as error:
+                if interval is not None:
+                    owner._exit(timer, interval, error)
+                raise
+            if interval is not None:
+                owner._exit(timer, interval, None)
+            return result
+
+        return wrapper
+
+    def _wrap_generator(
+        self, func: Callable[P, Generator[Any, Any, Any]]
+    ) -> Callable[P, Generator[Any, Any, Any]]:
+        owner, timer = self._owner, self.timer
+
+        @functools.wraps(func)
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> Generator[Any, Any, Any]:
+            interval = owner._enter(timer, hold=False)
+            try:
+                result = yield from func(*args, **kwargs)
+            except GeneratorExit:  # closed early by its consumer: not an error
+                if interval is not None:
+                    owner._exit(timer, interval, None)
+                raise
+            except BaseException as error:
+                if interval is not None:
+                    owner._exit(timer, interval, error)
+                raise
+            if interval is not None:
+                owner._exit(timer, interval, None)
+            return result
+
+        return wrapper
+
+    def _wrap_async_generator(
+        self, func: Callable[P, AsyncGenerator[Any, Any]]
+    ) -> Callable[P, AsyncGenerator[Any, Any]]:
+        owner, timer = self._owner, self.timer
+
+        @functools.wraps(func)
+        async def wrapper(*args: P.args, **kwargs: P.kwargs) -> AsyncGenerator[Any, Any]:
+            interval = owner._enter(timer, hold=False)
+            try:
+                async for item in func(*args, **kwargs):
+                    yield item
+            except GeneratorExit:  # closed early by its consumer: not an error
+                if interval is not None:
+                    owner._exit(timer, interval, None)
+                raise
+            except BaseException as error:
+                if interval is not None:
+                    owner._exit(timer, interval, error)
+                raise
+            if interval is not None:
+                owner._exit(timer, interval, None)
 
         return wrapper
