@@ -360,7 +360,7 @@ def _points(metric: Any) -> dict[str, Any]:
                 point.as_int if point.WhichOneof("value") == "as_int" else point.as_double
             )
         points[key] = entry
-    points["_temporality"] = data.aggregation_temporality
+    points["_temporality"] = getattr(data, "aggregation_temporality", None)  # none on gauges
     if kind == "sum":
         points["_monotonic"] = data.is_monotonic
     return points

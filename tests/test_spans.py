@@ -227,3 +227,20 @@ def test_a_failing_span_processor_never_reaches_the_loop() -> None:
     snap = cap.lt.reset()
     assert snap["root.training.forward"].count == 3
     assert cap.lt.health().internal_errors > 0
+
+
+def test_shutdown_ends_running_intervals_as_cut_spans(cap: Capture) -> None:
+    """shutdown() ends what runs, in the last window, with spans marked cut: no orphans."""
+    train = cap.lt.timer("training")
+    train.record("data")
+    cap.clock.advance(1.0)
+    train.record("forward")
+    cap.clock.advance(0.5)
+    cap.lt.shutdown()
+    assert [(s["name"], s["parent"], s["end"], s["status"]) for s in cap.span_tree()] == [
+        ("data", "training", 1.0, "UNSET"),
+        ("forward", "training", 1.5, "ERROR"),
+        ("training", None, 1.5, "ERROR"),
+    ]
+    (cut,) = [s for s in cap.finished_spans() if s.name == "training"]
+    assert cut.status.description == "cut: still running at shutdown"

@@ -29,6 +29,10 @@ if TYPE_CHECKING:
     from looptrace._timer import Timer
 
 
+# The status description of a span that was still running when looptrace shut down.
+CUT_STATUS = "cut: still running at shutdown"
+
+
 class Engine:
     """Shared machinery of one `Looptrace`: clock, tracing, and every thread's timers.
 
@@ -149,13 +153,14 @@ class Engine:
             for batch in batches:
                 aggregator.merge(*batch)
 
-    def close_window(self, now: int) -> None:
+    def close_window(self, now: int, *, final: bool = False) -> None:
         """Cut every running interval and merge everything measured before the cut.
 
         Each thread is cut at one instant, read while its lock is held: a thread that lapped
         after `reset()` read `now` has that lap in this window and nothing before its cut in
         the next, so no time is counted twice or lost. The caller holds the aggregator's
-        lock, so no measurement after a cut can reach this window.
+        lock, so no measurement after a cut can reach this window. A `final` window (shutdown)
+        ends every running interval instead, its span marked as cut.
         """
         self.close_exited()
         with self._states_lock:
@@ -165,8 +170,12 @@ class Engine:
             with state.lock:
                 cut_at = max(now, self.now())
                 state.last_cut = cut_at
-                for top in state.tops:
-                    self.cut(state, top, cut_at)
+                if final:
+                    for top in reversed(state.tops):
+                        self.end(state, top, cut_at, cut=True)
+                else:
+                    for top in state.tops:
+                        self.cut(state, top, cut_at)
                 batches = self._drain(state)
             for batch in batches:
                 aggregator.merge(*batch)
@@ -281,16 +290,31 @@ class Engine:
         return None
 
     def end(
-        self, state: ThreadState, interval: Interval, now: int, error: BaseException | None = None
+        self,
+        state: ThreadState,
+        interval: Interval,
+        now: int,
+        error: BaseException | None = None,
+        *,
+        cut: bool = False,
     ) -> None:
-        """End `interval` at `now`, its running descendants first (innermost first)."""
+        """End `interval` at `now`, its running descendants first (innermost first).
+
+        `cut` marks the spans as cut short by shutdown (status ERROR), not ended by the code.
+        """
         if interval.children:
             for descendant in reversed(_descendants(interval)):
-                self._end_one(state, descendant, now, None)
-        self._end_one(state, interval, now, error)
+                self._end_one(state, descendant, now, None, cut=cut)
+        self._end_one(state, interval, now, error, cut=cut)
 
     def _end_one(
-        self, state: ThreadState, interval: Interval, now: int, error: BaseException | None
+        self,
+        state: ThreadState,
+        interval: Interval,
+        now: int,
+        error: BaseException | None,
+        *,
+        cut: bool = False,
     ) -> None:
         """End `interval`, which has no running children, at `now`."""
         duration = now - interval.seg_start
@@ -316,7 +340,7 @@ class Engine:
         else:
             stack.remove(interval)
         if interval.span is not None:
-            self._end_span(interval.span, now, error)
+            self._end_span(interval.span, now, error, cut=cut)
         if parent is None and state.device is not None and state.device.pending:
             self.device.resolve(state, wait=False)
 
@@ -483,10 +507,14 @@ class Engine:
             base = self._attributes[node] = {PATH: node.path, **self.span_attributes}
         return base
 
-    def _end_span(self, span: trace.Span, now: int, error: BaseException | None) -> None:
+    def _end_span(
+        self, span: trace.Span, now: int, error: BaseException | None, *, cut: bool = False
+    ) -> None:
         end_ns = self.anchor.epoch_ns(now)
         try:
-            if error is not None:
+            if cut:
+                span.set_status(Status(StatusCode.ERROR, CUT_STATUS))
+            elif error is not None:
                 span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
                 span.record_exception(error, timestamp=end_ns)
             span.end(end_time=end_ns)
