@@ -68,7 +68,9 @@ def configure(
             then `"looptrace"`.
         tracer_provider: where spans go. Without one, a global SDK provider set by the
             application is used (looptrace adds its processor to it); without that either,
-            looptrace installs an SDK provider of its own as the global one.
+            looptrace makes an SDK provider of its own, the global one if none is set yet.
+            Each `configure()` call is separate: a second one (with or without `shutdown()`
+            of the first) gets its own Resource, outputs and processors, never the first's.
         meter_provider: where `looptrace.section.duration` is recorded at each `reset()`;
             defaults to the global provider when that is an SDK one.
         clock: the time source (default: `time.perf_counter_ns` with one `time_ns` anchor);
@@ -159,7 +161,7 @@ def configure(
     # Made last among what can fail: it may hold a listening port.
     pipeline = export_pipeline(
         options,
-        owns_traces=tracer_provider is None and _global_sdk_tracer_provider() is None,
+        owns_traces=tracer_provider is None and _application_tracer_provider() is None,
         owns_metrics=meter_provider is None,
         disabled=disabled,
         resource=resource,
@@ -182,14 +184,9 @@ def configure(
     step_traces: StepTraces | None = None
     processor: AggregatingSpanProcessor | None = None
     if not disabled:
-        provider = tracer_provider or _global_sdk_tracer_provider()
+        provider = tracer_provider or _application_tracer_provider()
         if provider is None:
-            # looptrace samples whole steps itself (LapSampler); the SDK keeps what it gets.
-            provider = SdkTracerProvider(
-                resource=resource, sampler=ParentBased(ALWAYS_ON), id_generator=StepIdGenerator()
-            )
-            _keep_instance_id_after_fork(provider, rank.instance_id)
-            trace.set_tracer_provider(provider)
+            provider = _own_tracer_provider(resource, rank)
         processor = AggregatingSpanProcessor(aggregator, incidents)
         if isinstance(provider, SdkTracerProvider):
             provider.add_span_processor(processor)
@@ -258,6 +255,29 @@ def _step_traces(
     if not run or not isinstance(generator, StepIdGenerator):
         return None
     return StepTraces(run, rank.rank, generator)
+
+
+# Providers looptrace made: a later configure() makes its own rather than join one of them.
+_INSTALLED: weakref.WeakSet[SdkTracerProvider] = weakref.WeakSet()
+
+
+def _own_tracer_provider(resource: Resource, rank: RankInfo) -> SdkTracerProvider:
+    """Make looptrace's provider; the first one made becomes the global provider."""
+    # looptrace samples whole steps itself (LapSampler); the SDK keeps what it gets.
+    provider = SdkTracerProvider(
+        resource=resource, sampler=ParentBased(ALWAYS_ON), id_generator=StepIdGenerator()
+    )
+    _keep_instance_id_after_fork(provider, rank.instance_id)
+    if _global_sdk_tracer_provider() is None:
+        trace.set_tracer_provider(provider)
+    _INSTALLED.add(provider)
+    return provider
+
+
+def _application_tracer_provider() -> SdkTracerProvider | None:
+    """Return the global SDK provider when the application set it (not an earlier looptrace)."""
+    provider = _global_sdk_tracer_provider()
+    return None if provider is None or provider in _INSTALLED else provider
 
 
 def _global_sdk_tracer_provider() -> SdkTracerProvider | None:
