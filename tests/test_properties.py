@@ -83,6 +83,16 @@ def test_time_is_conserved_across_windows(ops: list[tuple[str, Any, Any]]) -> No
     assert {p: round(v, 9) for p, v in summed.items()} == {
         p: round(s["total"], 9) for p, s in without[-1].items()
     }
+    # Each interval is counted once, whole, in the window it ends in.
+    assert _counts(with_resets) == _counts(without)
+
+
+def _counts(windows: list[dict[str, Any]]) -> dict[str, int]:
+    summed: dict[str, int] = {}
+    for window in windows:
+        for path, stats in window.items():
+            summed[path] = summed.get(path, 0) + stats["count"]
+    return {path: n for path, n in summed.items() if n}
 
 
 THREAD_TIMERS = ("training", "eval")
@@ -181,3 +191,4 @@ def test_two_threads_and_resets_neither_invent_nor_lose_time(
     assert {p: round(v, 9) for p, v in summed.items() if round(v, 9)} == {
         p: round(s["total"], 9) for p, s in without[-1].items() if round(s["total"], 9)
     }
+    assert _counts(with_resets) == _counts(without)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
 from collections.abc import AsyncIterator, Iterator
 
@@ -126,8 +127,30 @@ def test_reset_splits_running_sections(cap: Capture) -> None:
     second = cap.lt.reset()
     assert totals(first) == {"root.training": 3.0, "root.training.forward": 3.0}
     assert totals(second) == {"root.training": 1.0, "root.training.forward": 1.0}
-    assert counts(first) == counts(second) == {"root.training": 1, "root.training.forward": 1}
+    # Counted once, whole, in the window where it ends.
+    assert counts(first) == {"root.training": 0, "root.training.forward": 0}
+    assert counts(second) == {"root.training": 1, "root.training.forward": 1}
+    assert (second["root.training.forward"].min, second["root.training.forward"].max) == (4, 4)
+    assert math.isnan(first["root.training"].mean)
     assert second["root.training"].self_time == 0.0
+
+
+def test_windows_of_the_readme_loop_count_exactly_their_laps(cap: Capture) -> None:
+    """record() then reset() every 100 steps: each window counts 100 laps, min is a real lap."""
+    train = cap.lt.timer("training")
+    windows = []
+    for step in range(300):
+        train.record("forward")
+        cap.clock.advance(0.01)
+        train.record()
+        cap.clock.advance(0.00001)  # the sliver between the lap and the reset
+        if step % 100 == 99:
+            windows.append(cap.lt.reset())
+    assert [counts(w) for w in windows] == [
+        {"root.training": 100, "root.training.forward": 100}
+    ] * 3
+    assert [round(w["root.training"].min, 6) for w in windows] == [0.01, 0.01001, 0.01001]
+    assert round(sum(w["root.training"].total for w in windows), 9) == 3.003
 
 
 def test_second_reset_without_activity_is_empty(cap: Capture) -> None:

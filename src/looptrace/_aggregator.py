@@ -25,7 +25,18 @@ FOLD_AT = 4096  # durations a producer holds before it merges them, bounding mem
 class _PathAggregate:
     """Statistics of one path, kept as exact integer sums of nanoseconds."""
 
-    __slots__ = ("buckets", "count", "errors", "max", "min", "self_ns", "sketch", "sum", "sumsq")
+    __slots__ = (
+        "buckets",
+        "carry_ns",
+        "count",
+        "errors",
+        "max",
+        "min",
+        "self_ns",
+        "sketch",
+        "sum",
+        "sumsq",
+    )
 
     def __init__(self) -> None:
         self.count = 0
@@ -35,6 +46,7 @@ class _PathAggregate:
         self.max = -math.inf
         self.self_ns = 0
         self.errors = 0
+        self.carry_ns = 0  # window time of intervals cut by a reset, not in `sum`
         self.sketch = QuantileSketch()
         self.buckets = [0] * (len(BOUNDARIES_NS) + 1)
 
@@ -59,6 +71,23 @@ class _PathAggregate:
 
     def stats(self) -> SectionStats:
         n = self.count
+        total = (self.sum + self.carry_ns) / 1e9
+        if n == 0:  # only the part of an interval that ends in a later window
+            nan = math.nan
+            return SectionStats(
+                count=0,
+                total=total,
+                mean=nan,
+                min=nan,
+                max=nan,
+                std=nan,
+                p50=nan,
+                p90=nan,
+                p99=nan,
+                self_time=self.self_ns / 1e9,
+                errors=self.errors,
+                buckets=tuple(self.buckets),
+            )
 
         def quantile(q: float) -> float:
             return min(max(self.sketch.quantile(q), self.min), self.max) / 1e9
@@ -66,7 +95,7 @@ class _PathAggregate:
         variance = (n * self.sumsq - self.sum * self.sum) / (n * n)  # exact integers
         return SectionStats(
             count=n,
-            total=self.sum / 1e9,
+            total=total,
             mean=self.sum / n / 1e9,
             min=self.min / 1e9,
             max=self.max / 1e9,
@@ -101,9 +130,14 @@ class Aggregator:
         self._known_lock = threading.Lock()  # not `lock`: timers are made under it too
         self._warned = False
 
-    def merge(self, path: str, durations: list[int], self_ns: int, errors: int) -> None:
-        """Add one producer's batch for `path`; the caller holds `lock`."""
-        if not durations:
+    def merge(
+        self, path: str, durations: list[int], self_ns: int, errors: int, carry_ns: int = 0
+    ) -> None:
+        """Add one producer's batch for `path`; the caller holds `lock`.
+
+        `carry_ns` is window time not in `durations` (see `NodeState.carry_ns`).
+        """
+        if not durations and not carry_ns and not self_ns:
             return
         durations.sort()
         agg = self._paths.get(path)
@@ -114,6 +148,11 @@ class Aggregator:
                 agg = self._paths[path] = _PathAggregate()
         if path == OTHER_PATH:
             self.overflowed += len(durations)
+        agg.carry_ns += carry_ns
+        if not durations:
+            agg.self_ns += self_ns
+            agg.errors += errors
+            return
         agg.add_sorted(durations, self_ns, errors)
         if self.recorder is not None:
             self.recorder(path, durations)

@@ -202,7 +202,7 @@ class Engine:
             for batch in batches:
                 aggregator.merge(*batch)
 
-    def _drain(self, state: ThreadState) -> list[tuple[str, list[int], int, int]]:
+    def _drain(self, state: ThreadState) -> list[tuple[str, list[int], int, int, int]]:
         """Wait for the thread's device events and hand over all it measured; holds its lock."""
         if state.device is not None:
             self.device.resolve(state, wait=True)
@@ -224,7 +224,8 @@ class Engine:
         pending = list(state.tops)
         while pending:
             interval = pending.pop()
-            interval.seg_start, interval.seg_child = now, 0
+            interval.seg_start = interval.start = now
+            interval.seg_child = 0
             interval.span = interval.context = None
             interval.device = None  # a forked child cannot use its parent's device context
             pending.extend(interval.children)
@@ -320,7 +321,12 @@ class Engine:
         duration = now - interval.seg_start
         node_state = interval.state
         if interval.device is None:
-            node_state.durations.append(duration)
+            start = interval.start
+            if start == interval.seg_start:
+                node_state.durations.append(duration)
+            else:  # cut by a reset: counted here whole, its earlier part already in a total
+                node_state.durations.append(now - start)
+                node_state.carry_ns -= interval.seg_start - start
             node_state.self_ns += duration - interval.seg_child
             if error is not None:
                 node_state.errors += 1
@@ -372,7 +378,12 @@ class Engine:
             for descendant in reversed(_descendants(interval)):
                 self._end_one(state, descendant, now, None)
         duration = now - interval.seg_start
-        node_state.durations.append(duration)
+        start = interval.start
+        if start == interval.seg_start:
+            node_state.durations.append(duration)
+        else:  # cut by a reset: counted here whole, its earlier part already in a total
+            node_state.durations.append(now - start)
+            node_state.carry_ns -= interval.seg_start - start
         node_state.self_ns += duration - interval.seg_child
         if len(node_state.durations) >= FOLD_AT:
             state.full = True
@@ -383,7 +394,7 @@ class Engine:
                 self.device.resolve(state, wait=False)
         else:
             parent.seg_child += duration
-        interval.seg_start = now
+        interval.seg_start = interval.start = now
         interval.seg_child = 0
 
     def switch(self, state: ThreadState, current: Interval, child: Timer, now: int) -> bool:
@@ -412,7 +423,12 @@ class Engine:
         if stack[-1] is not sibling:
             return False
         duration = now - sibling.seg_start
-        ended.durations.append(duration)
+        start = sibling.start
+        if start == sibling.seg_start:
+            ended.durations.append(duration)
+        else:  # cut by a reset: counted here whole, its earlier part already in a total
+            ended.durations.append(now - start)
+            ended.carry_ns -= sibling.seg_start - start
         ended.self_ns += duration - sibling.seg_child
         if len(ended.durations) >= FOLD_AT:
             state.full = True
@@ -420,7 +436,7 @@ class Engine:
         stack.pop()
         sibling.node = child
         sibling.state = target
-        sibling.seg_start = now
+        sibling.seg_start = sibling.start = now
         sibling.seg_child = 0
         target.stack.append(sibling)
         return True
@@ -449,12 +465,16 @@ class Engine:
         self._cut_one(state, interval, now)
 
     def _cut_one(self, state: ThreadState, interval: Interval, now: int) -> None:
-        """Cut `interval` alone; its running children are cut already."""
+        """Cut `interval` alone; its running children are cut already.
+
+        The part before the cut goes into this window's total and self time; the interval is
+        counted (count, min, max, quantiles, buckets) once, whole, in the window it ends in.
+        """
         duration = now - interval.seg_start
         if duration > 0:
             if interval.device is None:
                 node_state = interval.state
-                node_state.durations.append(duration)
+                node_state.carry_ns += duration
                 node_state.self_ns += duration - interval.seg_child
             else:
                 self.device.cut(state, interval)

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 class NodeState:
     """One timer in one thread: its running intervals, laps, and measurements not yet merged."""
 
-    __slots__ = ("durations", "errors", "held", "laps", "path", "self_ns", "stack")
+    __slots__ = ("carry_ns", "durations", "errors", "held", "laps", "path", "self_ns", "stack")
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -28,19 +28,28 @@ class NodeState:
         self.durations: list[int] = []
         self.self_ns = 0
         self.errors = 0
+        # Total time not in `durations`: + the part before a cut of a running interval,
+        # - the earlier parts of a cut interval that ended (counted whole in `durations`).
+        self.carry_ns = 0
 
-    def detach(self) -> tuple[str, list[int], int, int]:
+    def detach(self) -> tuple[str, list[int], int, int, int]:
         """Hand over the pending measurements as one batch and start collecting anew."""
-        batch = (self.path, self.durations, self.self_ns, self.errors)
-        self.durations, self.self_ns, self.errors = [], 0, 0
+        batch = (self.path, self.durations, self.self_ns, self.errors, self.carry_ns)
+        self.durations, self.self_ns, self.errors, self.carry_ns = [], 0, 0, 0
         return batch
+
+    @property
+    def pending(self) -> bool:
+        """Whether anything waits to be merged."""
+        return bool(self.durations or self.carry_ns or self.self_ns)
 
 
 class Interval:
     """One running measurement of a timer in one thread.
 
     `seg_start` and `seg_child` describe the part inside the current reset window: `reset()`
-    moves `seg_start` to the cut and zeroes `seg_child`, the children's time in that part.
+    moves `seg_start` to the cut and zeroes `seg_child`, the children's time in that part;
+    `start` stays, so the interval is counted whole when it ends.
     A section entry keeps its interval as a token to end on exit, so `held` intervals are
     never recycled by `Engine.switch`.
     """
@@ -55,6 +64,7 @@ class Interval:
         "seg_child",
         "seg_start",
         "span",
+        "start",
         "state",
         "step",
     )
@@ -72,6 +82,7 @@ class Interval:
         self.state = state
         self.parent = parent
         self.children: list[Interval] = []
+        self.start = now  # of the whole interval; `seg_start` moves at each reset cut
         self.seg_start = now
         self.seg_child = 0
         self.step = step
@@ -107,10 +118,10 @@ class ThreadState:
             state = self.nodes[timer] = NodeState(timer.path)
         return state
 
-    def detach_all(self) -> list[tuple[str, list[int], int, int]]:
+    def detach_all(self) -> list[tuple[str, list[int], int, int, int]]:
         """Hand over every pending batch; the caller holds `lock`."""
         self.full = False
-        return [node.detach() for node in self.nodes.values() if node.durations]
+        return [node.detach() for node in self.nodes.values() if node.pending]
 
 
 class Holder:
