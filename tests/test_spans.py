@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import threading
 
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+import looptrace
 from looptrace import RankInfo
 from looptrace.testing import Capture, capture
 
@@ -244,3 +249,30 @@ def test_shutdown_ends_running_intervals_as_cut_spans(cap: Capture) -> None:
     ]
     (cut,) = [s for s in cap.finished_spans() if s.name == "training"]
     assert cut.status.description == "cut: still running at shutdown"
+
+
+def test_no_span_is_built_while_nothing_reads_spans() -> None:
+    """No processor but looptrace's: no spans are built; laps after one is added are traced."""
+    provider = TracerProvider()
+    lt = looptrace.configure(tracer_provider=provider, trace_every=1, rank=RankInfo())
+    train = lt.timer("training")
+    train.record("data")
+    state = lt._engine.state()
+    assert [interval.span for interval in state.tops] == [None]
+    train.record()  # lap 1 starts, untraced
+    spans = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    train.record("data")
+    train.record()  # lap 2 starts, traced
+    train.record("data")
+    train.stop()
+    finished = spans.get_finished_spans()
+    assert [(s.name, (s.attributes or {})["looptrace.step"]) for s in finished] == [
+        ("data", 2),
+        ("training", 2),
+    ]
+    assert {p: st.count for p, st in lt.reset().items()} == {
+        "root.training": 3,
+        "root.training.data": 3,
+    }
+    lt.shutdown()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from opentelemetry import metrics, trace
 from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
@@ -209,6 +209,8 @@ def configure(
         incidents=incidents,
         device_clock=None if device_sync else device_clock,
     )
+    if isinstance(provider, SdkTracerProvider) and processor is not None:
+        engine.spans_read = _other_processors(provider, processor)
     if device_sync:
         engine.device.disable()  # every boundary is already host-aligned
     files.attach(provider, outputs, step=engine.steps_done)
@@ -272,6 +274,24 @@ def _own_tracer_provider(resource: Resource, rank: RankInfo) -> SdkTracerProvide
         trace.set_tracer_provider(provider)
     _INSTALLED.add(provider)
     return provider
+
+
+def _other_processors(
+    provider: SdkTracerProvider, mine: AggregatingSpanProcessor
+) -> Callable[[], bool]:
+    """Return a test of whether `provider` has a span processor besides looptrace's own.
+
+    Without one nothing reads looptrace's spans, so none is built. Processors added later
+    (an exporter, a span file) count from the next lap on.
+    """
+    multi = getattr(provider, "_active_span_processor", None)
+    if multi is None or not hasattr(multi, "_span_processors"):
+        return lambda: True  # an SDK of unknown shape: assume someone reads
+
+    def others() -> bool:
+        return any(p is not mine for p in multi._span_processors)
+
+    return others
 
 
 def _application_tracer_provider() -> SdkTracerProvider | None:

@@ -9,6 +9,7 @@ import weakref
 from asyncio import current_task
 from asyncio.events import _get_running_loop
 from collections import deque
+from collections.abc import Callable
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
@@ -59,6 +60,8 @@ class Engine:
         self.step_traces = step_traces
         self.span_attributes = span_attributes
         self.incidents = incidents
+        # Whether anything besides looptrace's own processor reads spans; asked once per lap.
+        self.spans_read: Callable[[], bool] = lambda: True
         self.closed = False
         self._attributes: dict[Timer, dict[str, str | int]] = {}
         self.local = threading.local()
@@ -273,11 +276,15 @@ class Engine:
 
     def _lap_context(self, node: Timer, step: int) -> Context | None:
         """Return the parent context of a traced outermost lap, None when it is not traced."""
-        if self.tracer is None or not self.sampler(step):
+        if not self.traced(step):
             return None
         if self.step_traces is None:
             return Context()
         return self.step_traces.context_for(node.path, step)
+
+    def traced(self, step: int) -> bool:
+        """Whether outermost lap `step` gets spans: sampled, and something reads them."""
+        return self.tracer is not None and self.sampler(step) and self.spans_read()
 
     def _child_context(self, parent: Interval) -> Context | None:
         """Return the parent context of a section of a traced interval, else None."""
@@ -367,7 +374,7 @@ class Engine:
         )
         if in_place:
             if parent is None:
-                in_place = self.tracer is None or not self.sampler(node_state.laps)
+                in_place = not self.traced(node_state.laps)
             else:
                 in_place = self._child_context(parent) is None
         if not in_place:
