@@ -276,3 +276,25 @@ def test_no_span_is_built_while_nothing_reads_spans() -> None:
         "root.training.data": 3,
     }
     lt.shutdown()
+
+
+def test_sections_of_a_never_lapped_timer_are_steps_of_their_own() -> None:
+    """Sections only, never record(): each outermost section instance is a whole, sampled trace."""
+    cap = capture(trace_every=2)
+    handler = cap.lt.timer("handler")
+    for name in ("tokenize", "generate", "tokenize", "generate"):
+        with handler.section(name):
+            cap.clock.advance(0.1)
+    assert not handler.running
+    tree = cap.span_tree()
+    assert [(s["name"], s["parent"], s["step"], s["start"], s["end"]) for s in tree] == [
+        ("tokenize", "handler", 0, 0.0, 0.1),
+        ("handler", None, 0, 0.0, 0.1),
+        ("tokenize", "handler", 2, 0.2, 0.3),
+        ("handler", None, 2, 0.2, 0.3),
+    ]
+    assert {p: s.count for p, s in cap.lt.reset().items()} == {
+        "root.handler": 4,
+        "root.handler.tokenize": 2,
+        "root.handler.generate": 2,
+    }

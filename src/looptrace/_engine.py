@@ -366,6 +366,8 @@ class Engine:
         node = interval.node
         parent = self.parent_for(state, node)
         node_state = interval.state
+        node_state.lapped = True
+        interval.implicit = False
         in_place = (
             not interval.held
             and interval.span is None
@@ -448,16 +450,25 @@ class Engine:
         target.stack.append(sibling)
         return True
 
-    def switch_to(self, state: ThreadState, owner: Timer, child: Timer, now: int) -> Interval:
+    def switch_to(
+        self, state: ThreadState, owner: Timer, child: Timer, now: int, *, entry: bool = False
+    ) -> Interval:
         """Make `owner` run (starting it if needed) with no section but `child` running.
 
-        Returns the owner's innermost running interval, the parent for `child`.
+        Returns the owner's innermost running interval, the parent for `child`. A section
+        `entry` that starts an outermost timer never lapped in this thread starts it for the
+        section's duration only (`Interval.implicit`): each such section is a step.
         """
         mine = state.nodes.get(owner)
         if mine is not None and mine.stack:
             current = mine.stack[-1]
         else:
-            current = self.start(state, owner, now, self.parent_for(state, owner))
+            parent = self.parent_for(state, owner)
+            current = self.start(state, owner, now, parent)
+            if not entry:
+                current.state.lapped = True
+            elif parent is None and not current.state.lapped:
+                current.implicit = True
         # Ending a sibling removes only that sibling from the list, behind this iterator.
         for sibling in reversed(current.children):
             if sibling.node is not child:

@@ -18,13 +18,24 @@ if TYPE_CHECKING:
 class NodeState:
     """One timer in one thread: its running intervals, laps, and measurements not yet merged."""
 
-    __slots__ = ("carry_ns", "durations", "errors", "held", "laps", "path", "self_ns", "stack")
+    __slots__ = (
+        "carry_ns",
+        "durations",
+        "errors",
+        "held",
+        "lapped",
+        "laps",
+        "path",
+        "self_ns",
+        "stack",
+    )
 
     def __init__(self, path: str) -> None:
         self.path = path
         self.stack: list[Interval] = []
         self.held: list[Interval] = []  # entries of `with section:` / `start()`, to end on exit
         self.laps = 0
+        self.lapped = False  # started or lapped by record(): its laps are the user's steps
         self.durations: list[int] = []
         self.self_ns = 0
         self.errors = 0
@@ -59,6 +70,7 @@ class Interval:
         "context",
         "device",
         "held",
+        "implicit",
         "node",
         "parent",
         "seg_child",
@@ -88,6 +100,7 @@ class Interval:
         self.step = step
         self.span = span
         self.held = False  # a section entry holds this object: never reuse it in place
+        self.implicit = False  # started by a section entry only: ends with that section
         self.context: Context | None = None  # `span` as a parent, made on first use
         self.device: DeviceTrack | None = None  # events of a device-timed interval
 

@@ -129,7 +129,8 @@ class Timer:
                 if stack:
                     engine.lap(state, stack[0], now)
                 else:
-                    engine.start(state, self, now, engine.parent_for(state, self))
+                    started = engine.start(state, self, now, engine.parent_for(state, self))
+                    started.state.lapped = True
             elif not (stack and engine.switch(state, stack[-1], child, now)):
                 current = engine.switch_to(state, self, child, now)
                 running = state.nodes.get(child)
@@ -204,7 +205,7 @@ class Timer:
             if running is not None and running.stack:
                 interval = engine.start(state, child, now, running.stack[-1])
             else:
-                current = engine.switch_to(state, self, child, now)
+                current = engine.switch_to(state, self, child, now, entry=True)
                 interval = engine.start(state, child, now, current)
             interval.held = True
             if hold:
@@ -233,7 +234,11 @@ class Timer:
             if interval is not None and not engine.closed:
                 stack = interval.state.stack
                 if (stack and stack[-1] is interval) or interval in stack:
-                    engine.end(state, interval, engine.now(), error)
+                    now = engine.now()
+                    engine.end(state, interval, now, error)
+                    parent = interval.parent
+                    if parent is not None and parent.implicit and not parent.children:
+                        engine.end(state, parent, now)  # a step of a never-lapped timer
         finally:
             lock.release()
         if interval is None and not engine.closed:
