@@ -196,11 +196,21 @@ def looptrace_case(form: str, kind: str, sinks: Sinks, **kw: Any) -> Case:
             if counter[0] % RESET_EVERY == 0:
                 lt.reset()
 
-    label = "aggregate only" if kw.get("trace_every") == 0 else "traced"
+    def run_sections_only(steps: int) -> None:  # never lapped: each section is a step
+        for _ in range(steps):
+            for name in NAMES:
+                with sections[name]:
+                    pass
+            counter[0] += 1
+            if counter[0] % RESET_EVERY == 0:
+                lt.reset()
+
+    label = {0: "aggregate only", None: "default sampling"}.get(kw.get("trace_every"), "traced")
     label = label if kind == "none" else f"{label}, {kind}"
+    runs = {"record": run_record, "section": run_section, "sections-only": run_sections_only}
     return Case(
         f"looptrace {form}(), {label}",
-        run_record if form == "record" else run_section,
+        runs[form],
         flush=provider.force_flush,
         close=lambda: (lt.shutdown(), provider.shutdown()),
     )
@@ -385,6 +395,10 @@ def targets_of(rows: list[dict[str, Any]], extra: dict[str, Any]) -> dict[str, f
         "P5 stalled / no-exporter traced cost (<= 1.5)": ratio(
             "looptrace record(), traced, stalled", "looptrace record(), traced, discard"
         ),
+        "sections never lapped / lapped, default sampling (<= 1.5)": ratio(
+            "looptrace sections-only(), default sampling, discard",
+            "looptrace section(), default sampling, discard",
+        ),
     }
     return targets
 
@@ -457,6 +471,8 @@ def main(argv: list[str] | None = None) -> int:
         lambda: looptrace_case("record", "otlp", sinks, trace_every=1),
         lambda: looptrace_case("record", "stalled", sinks, trace_every=1),
         lambda: looptrace_case("record", "stalled", sinks, trace_every=0),
+        lambda: looptrace_case("section", "discard", sinks),
+        lambda: looptrace_case("sections-only", "discard", sinks),
     ]
     cases = [case for case in (make() for make in factories) if case is not None]
     rng = random.Random(0)

@@ -310,10 +310,20 @@ class Engine:
 
         `cut` marks the spans as cut short by shutdown (status ERROR), not ended by the code.
         """
-        if interval.children:
-            for descendant in reversed(_descendants(interval)):
-                self._end_one(state, descendant, now, None, cut=cut)
+        self._end_children(state, interval, now, cut=cut)
         self._end_one(state, interval, now, error, cut=cut)
+
+    def _end_children(
+        self, state: ThreadState, interval: Interval, now: int, *, cut: bool = False
+    ) -> None:
+        """End the running descendants of `interval`, innermost and latest first."""
+        children = interval.children
+        while children:
+            last = children[-1]
+            if last.children:  # deeper nesting: one walk, no recursion
+                for descendant in reversed(_descendants(last)):
+                    self._end_one(state, descendant, now, None, cut=cut)
+            self._end_one(state, last, now, None, cut=cut)
 
     def _end_one(
         self,
@@ -366,8 +376,9 @@ class Engine:
         node = interval.node
         parent = self.parent_for(state, node)
         node_state = interval.state
-        node_state.lapped = True
-        interval.implicit = False
+        if interval.implicit:  # a section started it; a lap makes its laps the user's
+            interval.implicit = False
+            node_state.lapped = True
         in_place = (
             not interval.held
             and interval.span is None
@@ -376,7 +387,11 @@ class Engine:
         )
         if in_place:
             if parent is None:
-                in_place = not self.traced(node_state.laps)
+                in_place = (
+                    self.tracer is None
+                    or not self.sampler(node_state.laps)
+                    or not self.spans_read()
+                )
             else:
                 in_place = self._child_context(parent) is None
         if not in_place:
@@ -384,8 +399,7 @@ class Engine:
             self.start(state, node, now, parent)
             return
         if interval.children:
-            for descendant in reversed(_descendants(interval)):
-                self._end_one(state, descendant, now, None)
+            self._end_children(state, interval, now)
         duration = now - interval.seg_start
         start = interval.start
         if start == interval.seg_start:
@@ -431,13 +445,14 @@ class Engine:
         stack = ended.stack
         if stack[-1] is not sibling:
             return False
-        duration = now - sibling.seg_start
+        seg_start = sibling.seg_start
+        duration = now - seg_start
         start = sibling.start
-        if start == sibling.seg_start:
+        if start == seg_start:
             ended.durations.append(duration)
         else:  # cut by a reset: counted here whole, its earlier part already in a total
             ended.durations.append(now - start)
-            ended.carry_ns -= sibling.seg_start - start
+            ended.carry_ns -= seg_start - start
         ended.self_ns += duration - sibling.seg_child
         if len(ended.durations) >= FOLD_AT:
             state.full = True
@@ -451,7 +466,7 @@ class Engine:
         return True
 
     def switch_to(
-        self, state: ThreadState, owner: Timer, child: Timer, now: int, *, entry: bool = False
+        self, state: ThreadState, owner: Timer, child: Timer, now: int, entry: bool = False
     ) -> Interval:
         """Make `owner` run (starting it if needed) with no section but `child` running.
 

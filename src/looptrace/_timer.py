@@ -205,7 +205,7 @@ class Timer:
             if running is not None and running.stack:
                 interval = engine.start(state, child, now, running.stack[-1])
             else:
-                current = engine.switch_to(state, self, child, now, entry=True)
+                current = engine.switch_to(state, self, child, now, True)
                 interval = engine.start(state, child, now, current)
             interval.held = True
             if hold:
