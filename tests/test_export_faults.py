@@ -9,11 +9,12 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 import looptrace
 from looptrace.testing import FakeClock
@@ -21,6 +22,14 @@ from looptrace.testing import FakeClock
 from .otlp_server import OtlpReceiver, StalledServer, Tls, free_port
 
 PROTOCOLS = ["grpc", "http/protobuf"]
+
+
+class _Discard(SpanExporter):
+    """Accepts every batch and keeps nothing."""
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        """Drop the batch."""
+        return SpanExportResult.SUCCESS
 
 
 @pytest.fixture
@@ -140,7 +149,10 @@ def test_stalled_collector_costs_the_training_thread_little(protocol: str) -> No
     """A collector that never answers: per-section cost <= 1.5x no exporter; bounded shutdown."""
     stalled = StalledServer()
     try:
-        base = looptrace.configure(tracer_provider=TracerProvider(), trace_every=1)
+        # Spans are built only when something reads them: the reference exports to nowhere.
+        reference = TracerProvider()
+        reference.add_span_processor(BatchSpanProcessor(_Discard()))
+        base = looptrace.configure(tracer_provider=reference, trace_every=1)
         stuck = looptrace.configure(
             tracer_provider=TracerProvider(),
             trace_every=1,
