@@ -2,16 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
-import os
 import threading
-import weakref
-from asyncio import current_task
-from asyncio.events import _get_running_loop
-from collections import deque
 from collections.abc import Callable
-from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from opentelemetry import trace
 from opentelemetry.context import Context
@@ -23,8 +16,9 @@ from looptrace._clock import Clock, EpochAnchor
 from looptrace._device import DeviceClock, DeviceTiming
 from looptrace._health import Incidents
 from looptrace._ids import StepTraces
-from looptrace._intervals import Holder, Interval, ThreadState
+from looptrace._intervals import Interval, ThreadState
 from looptrace._sampling import LapSampler
+from looptrace._states import States
 
 if TYPE_CHECKING:
     from looptrace._timer import Timer
@@ -64,68 +58,23 @@ class Engine:
         self.spans_read: Callable[[], bool] = lambda: True
         self.closed = False
         self._attributes: dict[Timer, dict[str, str | int]] = {}
-        self.local = threading.local()
-        self._states: dict[int, ThreadState] = {}
-        self._states_lock = threading.Lock()
-        # States of exited threads with their exit time, closed at the next window or thread
-        # start: the finaliser that reports them can run inside `os.fork`, so it takes no lock.
-        self._exited: deque[tuple[ThreadState, int]] = deque()
-        self._pid = os.getpid()
-        self._task: ContextVar[tuple[weakref.ref[asyncio.Task[Any]], ThreadState] | None] = (
-            ContextVar("looptrace_task_state", default=None)
-        )
+        self.states = States(self.now)
+        self.states.on_new = self._close_exited_if_free
+        self.local = self.states.local
+        self.state = self.states.state
+        self.thread_state = self.states.thread_state
+        self.task_state = self.states.task_state
         self.device = DeviceTiming(device_clock, tracer, self.anchor, incidents, self._span_base)
 
     # -- thread states -------------------------------------------------------------------
 
-    def state(self) -> ThreadState:
-        """Return the running asyncio task's state, else the calling thread's."""
-        if _get_running_loop() is not None:
-            return self.task_state()
-        return self.thread_state()
-
-    def thread_state(self) -> ThreadState:
-        """Return the calling thread's state, made on first use."""
-        try:
-            return self.local.state  # type: ignore[no-any-return]
-        except AttributeError:
-            pass
-        state = self._new_state()
-        holder = Holder(state)
-        finalizer = weakref.finalize(holder, self._thread_exited, state)
-        finalizer.atexit = False
-        self.local.holder = holder
-        self.local.state = state
-        return state
-
-    def task_state(self) -> ThreadState:
-        """Return the state of the running asyncio task (the thread's outside any task).
-
-        Concurrent tasks on one thread each lap their own timers; a task's running sections
-        end when it is done.
-        """
-        task = current_task()
-        if task is None:
-            return self.thread_state()
-        found = self._task.get()
-        if found is not None and found[0]() is task:
-            return found[1]
-        state = self._new_state()
-        self._task.set((weakref.ref(task), state))
-        task.add_done_callback(lambda _task: self._thread_exited(state))
-        return state
-
-    def _new_state(self) -> ThreadState:
+    def _close_exited_if_free(self) -> None:
         lock = self.aggregator.lock
-        if self._exited and lock.acquire(blocking=False):  # else the next reset() does it
+        if lock.acquire(blocking=False):  # else the next reset() does it
             try:
                 self.close_exited()
             finally:
                 lock.release()
-        state = ThreadState()
-        with self._states_lock:
-            self._states[id(state)] = state
-        return state
 
     def steps_done(self) -> int | None:
         """Return how many outermost laps the calling thread has completed (None: no laps).
@@ -134,11 +83,8 @@ class Engine:
         closes at: the spans of that window have `looptrace.step` below it.
         """
         mine: ThreadState | None = getattr(self.local, "state", None)
-        if mine is not None:
-            states = [mine]
-        else:  # e.g. a signal's helper thread: the most laps of any thread
-            with self._states_lock:
-                states = list(self._states.values())
+        # Without a state of its own (a signal's helper thread): the most laps of any thread.
+        states = [mine] if mine is not None else self.states.all()
         done = [
             node.laps - any(interval.node is timer for interval in state.tops)
             for state in states
@@ -166,8 +112,7 @@ class Engine:
         ends every running interval instead, its span marked as cut.
         """
         self.close_exited()
-        with self._states_lock:
-            states = list(self._states.values())
+        states = self.states.all()
         aggregator = self.aggregator
         for state in states:
             with state.lock:
@@ -183,20 +128,14 @@ class Engine:
             for batch in batches:
                 aggregator.merge(*batch)
 
-    def _thread_exited(self, state: ThreadState) -> None:
-        """Note that a thread ended (a finaliser: it may run inside `os.fork`, so no locks)."""
-        if os.getpid() == self._pid:  # in a forked child the state belongs to the parent
-            self._exited.append((state, self.now()))
-
     def close_exited(self) -> None:
         """End what exited threads left running, at their exit; holds the aggregator lock."""
         aggregator = self.aggregator
-        while self._exited:
-            state, at = self._exited.popleft()
-            with self._states_lock:
-                if self._states.get(id(state)) is not state:
-                    continue
-                del self._states[id(state)]
+        exited = self.states.exited
+        while exited:
+            state, at = exited.popleft()
+            if not self.states.retire(state):
+                continue
             with state.lock:
                 at = max(at, state.last_cut)
                 for top in reversed(state.tops):
@@ -213,16 +152,11 @@ class Engine:
 
     def after_fork_in_child(self) -> None:
         """Keep only the forking thread's state, with fresh locks and nothing counted yet."""
-        state: ThreadState | None = getattr(self.local, "state", None)
-        self._states_lock = threading.Lock()
-        self._states = {}
-        self._exited = deque()
-        self._pid = os.getpid()
+        state = self.states.after_fork_in_child()
         if state is None:
             return
         state.lock = threading.Lock()
         state.detach_all()
-        self._states[id(state)] = state
         now = self.now()
         pending = list(state.tops)
         while pending:
