@@ -260,12 +260,22 @@ def looptrace_case(form: str, kind: str, sinks: Sinks, meter: str | None = None,
             if counter[0] % RESET_EVERY == 0:
                 lt.reset()
 
-    label = "aggregate only" if kw.get("trace_every") == 0 else "traced"
+    def run_sections_only(steps: int) -> None:  # never lapped: each section is a step
+        for _ in range(steps):
+            for name in NAMES:
+                with sections[name]:
+                    pass
+            counter[0] += 1
+            if counter[0] % RESET_EVERY == 0:
+                lt.reset()
+
+    label = {0: "aggregate only", None: "default sampling"}.get(kw.get("trace_every"), "traced")
     label = label if kind == "none" else f"{label}, {kind}"
     label = label if meter is None else f"{label}, app meter {meter}"
+    runs = {"record": run_record, "section": run_section, "sections-only": run_sections_only}
     return Case(
         f"looptrace {form}(), {label}",
-        run_record if form == "record" else run_section,
+        runs[form],
         flush=provider.force_flush,
         close=lambda: (
             lt.shutdown(),
@@ -439,6 +449,40 @@ print(before, after_loop, rss())
     }
 
 
+def distinct_names(names: int) -> dict[str, float]:
+    """RSS growth over `names` distinct section names, and reset() cost before and after."""
+    code = f"""
+import looptrace, time
+from opentelemetry.sdk.trace import TracerProvider
+lt = looptrace.configure(tracer_provider=TracerProvider(), trace_every=0,
+                         rank=looptrace.RankInfo())
+train = lt.timer("train")
+def rss():
+    with open("/proc/self/status") as f:
+        return next(int(l.split()[1]) for l in f if l.startswith("VmRSS"))
+def reset_ns():
+    for n in {list(NAMES)!r}: train.record(n)
+    t0 = time.perf_counter_ns(); lt.reset(); return time.perf_counter_ns() - t0
+reset_before = min(reset_ns() for _ in range(20))
+before = rss()
+for i in range({names}):
+    train.record(f"name{{i}}")
+train.stop()
+lt.reset()
+print(before, rss(), reset_before, min(reset_ns() for _ in range(20)))
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.split()
+    before, after, reset_before, reset_after = (int(x) for x in out)
+    return {
+        "names": names,
+        "rss_growth_mb": (after - before) / 1024,
+        "reset_us_before": reset_before / 1000,
+        "reset_us_after": reset_after / 1000,
+    }
+
+
 def sketch_error(n: int) -> dict[str, float]:
     """Relative error of p50/p90/p99 against exact quantiles on log-normal durations."""
     import numpy as np
@@ -506,6 +550,10 @@ def targets_of(rows: list[dict[str, Any]], extra: dict[str, Any]) -> dict[str, f
             "app MeterProvider x floor"
         ]
         / extra["metrics_reset"]["aggregate only x floor"],
+        "sections never lapped / lapped, default sampling (<= 1.5)": ratio(
+            "looptrace sections-only(), default sampling, discard",
+            "looptrace section(), default sampling, discard",
+        ),
     }
     return targets
 
@@ -533,6 +581,12 @@ def print_report(
     print(
         f"RSS growth over {extra['rss']['sections']:,} aggregated sections: "
         f"{extra['rss']['rss_growth_mb']:.2f} MB"
+    )
+    names = extra["names"]
+    print(
+        f"RSS growth over {names['names']:,} distinct section names: "
+        f"{names['rss_growth_mb']:.1f} MB; reset() {names['reset_us_before']:.0f} µs before, "
+        f"{names['reset_us_after']:.0f} µs after"
     )
     print(
         "sketch relative error: "
@@ -585,6 +639,8 @@ def main(argv: list[str] | None = None) -> int:
         lambda: looptrace_case("record", "otlp", sinks, trace_every=1),
         lambda: looptrace_case("record", "stalled", sinks, trace_every=1),
         lambda: looptrace_case("record", "stalled", sinks, trace_every=0),
+        lambda: looptrace_case("section", "discard", sinks),
+        lambda: looptrace_case("sections-only", "discard", sinks),
     ]
     cases = [case for case in (make() for make in factories) if case is not None]
     rng = random.Random(0)
@@ -628,6 +684,7 @@ def main(argv: list[str] | None = None) -> int:
     extra = {
         "realistic_step": realistic_step_cost(200 if args.quick else 2000),
         "rss": rss_growth(100_000 if args.quick else 1_000_000),
+        "names": distinct_names(20_000 if args.quick else 200_000),
         "sketch": sketch_error(100_000 if args.quick else 1_000_000),
         "export": export_throughput(50 if args.quick else 500, sinks),
         "iterate": iterate_cost(1_000 if args.quick else 20_000, 5 if args.quick else 15),

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
@@ -168,3 +170,48 @@ def test_user_provider_without_step_ids_gets_ordinary_ids() -> None:
     lt = looptrace.configure(tracer_provider=TracerProvider(), run_id="r", clock=FakeClock())
     assert lt._engine.step_traces is None
     lt.shutdown()
+
+
+TWICE = """
+import json, sys
+import looptrace
+
+first = looptrace.configure("first", trace_file=sys.argv[1], trace_every=1)
+first.timer("a").record(); first.timer("a").stop()
+if sys.argv[3] == "shutdown":
+    first.shutdown()
+second = looptrace.configure("second", trace_file=sys.argv[2], trace_every=1)
+second.timer("b").record(); second.timer("b").stop()
+second.shutdown()
+first.shutdown()
+"""
+
+
+@pytest.mark.parametrize("between", ["shutdown", "none"])
+def test_a_second_configure_is_separate_from_the_first(tmp_path: Path, between: str) -> None:
+    """configure() twice (or after shutdown()): each instance has its own resource and file."""
+    files = [tmp_path / "first.jsonl", tmp_path / "second.jsonl"]
+    subprocess.run(
+        [sys.executable, "-c", TWICE, *map(str, files), between],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+
+    def spans(path: Path) -> list[tuple[str, str]]:
+        return [
+            (
+                next(
+                    a["value"]["stringValue"]
+                    for a in resource["resource"]["attributes"]
+                    if a["key"] == "service.name"
+                ),
+                span["name"],
+            )
+            for line in path.read_text().splitlines()
+            for resource in json.loads(line)["resourceSpans"]
+            for scope in resource["scopeSpans"]
+            for span in scope["spans"]
+        ]
+
+    assert [spans(path) for path in files] == [[("first", "a")], [("second", "b")]]

@@ -41,6 +41,14 @@ WAIT = """
 """
 
 
+def child_env() -> dict[str, str]:
+    """Return a bare environment for a child, keeping PYTHONPATH (the code under test)."""
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "OTEL_BSP_SCHEDULE_DELAY": "60000"}
+    if "PYTHONPATH" in os.environ:
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    return env
+
+
 @pytest.fixture
 def receiver() -> Iterator[OtlpReceiver]:
     """Yield an OTLP/HTTP receiver."""
@@ -58,7 +66,7 @@ def start(receiver: OtlpReceiver, before: str = "", after: str = "") -> subproce
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "OTEL_BSP_SCHEDULE_DELAY": "60000"},
+        env=child_env(),
     )
 
 
@@ -77,7 +85,8 @@ def test_normal_exit_flushes_spans_and_the_final_window(receiver: OtlpReceiver) 
     process = start(receiver)
     _, err = process.communicate(timeout=60)
     assert process.returncode == 0, err
-    assert counts(receiver) == {"spans": 60, "root.train": 30, "root.train.data": 30}
+    # The 31st lap, still running, is ended at exit: one more lap and its (cut) span.
+    assert counts(receiver) == {"spans": 61, "root.train": 31, "root.train.data": 30}
 
 
 def test_sigterm_flushes_then_dies_by_sigterm(receiver: OtlpReceiver) -> None:
@@ -88,7 +97,7 @@ def test_sigterm_flushes_then_dies_by_sigterm(receiver: OtlpReceiver) -> None:
     process.send_signal(signal.SIGTERM)
     process.communicate(timeout=60)
     assert process.returncode == -signal.SIGTERM
-    assert counts(receiver) == {"spans": 60, "root.train": 30, "root.train.data": 30}
+    assert counts(receiver) == {"spans": 61, "root.train": 31, "root.train.data": 30}
 
 
 def test_sigterm_flushes_then_calls_the_applications_handler(receiver: OtlpReceiver) -> None:
@@ -162,7 +171,7 @@ def test_sigterm_flushes_offline_files(tmp_path: Path) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "OTEL_BSP_SCHEDULE_DELAY": "60000"},
+        env=child_env(),
     )
     assert process.stdout is not None
     assert process.stdout.readline().strip() == "ready"
@@ -176,6 +185,176 @@ def test_sigterm_flushes_offline_files(tmp_path: Path) -> None:
         for resource in batch["resourceSpans"]
         for scope in resource["scopeSpans"]
     )
-    assert count == 60  # 30 laps and 30 data sections; the running 31st lap is not a span yet
+    assert count == 61  # 30 laps and 30 data sections, and the running 31st lap, cut
     lines = snapshots.read_text().splitlines()
     assert len(lines) == 2  # the reset after step 19 and the final window at SIGTERM
+
+
+# `lt` lives only inside main(), as in most training scripts: nothing else keeps it.
+MAIN_LOOP = """
+import sys
+import looptrace
+from looptrace.testing import FakeClock
+
+def main():
+    clock = FakeClock()
+    lt = looptrace.configure(
+        clock=clock, otlp_endpoint=sys.argv[1], trace_file=sys.argv[2],
+        snapshot_file=sys.argv[3], trace_every=1,
+    )
+    train = lt.timer("train")
+    for step in range(150):
+        train.record("data"); clock.advance(0.01); train.record()
+        if step == 99:
+            lt.reset()
+
+main()
+"""
+
+
+def _span_lines(path: Path) -> list[dict[str, object]]:
+    return [
+        span
+        for line in path.read_text().splitlines()
+        for resource in json.loads(line)["resourceSpans"]
+        for scope in resource["scopeSpans"]
+        for span in scope["spans"]
+    ]
+
+
+def test_exit_writes_the_last_window_of_a_looptrace_local_to_main(
+    receiver: OtlpReceiver, tmp_path: Path
+) -> None:
+    """A Looptrace only main() held: at exit its last window reaches every output, once."""
+    spans, snapshots = tmp_path / "spans.jsonl", tmp_path / "snaps.jsonl"
+    process = subprocess.run(
+        [sys.executable, "-c", MAIN_LOOP, receiver.endpoint, str(spans), str(snapshots)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=child_env(),
+    )
+    assert process.returncode == 0, process.stderr
+    windows = [json.loads(line) for line in snapshots.read_text().splitlines()]
+    assert [(w["step"], w["stats"]["root.train.data"]["count"]) for w in windows] == [
+        (100, 100),
+        (151, 50),
+    ]
+    pushed = [
+        sum(
+            point.count
+            for rm in request.resource_metrics
+            for sm in rm.scope_metrics
+            for metric in sm.metrics
+            if metric.name == "looptrace.section.duration"
+            for point in metric.histogram.data_points
+            if any(a.value.string_value == "root.train.data" for a in point.attributes)
+        )
+        for request in receiver.metric_requests
+    ]
+    # Cumulative totals, pushed as they stand: the last window is in them, once.
+    assert (pushed[-1], max(pushed)) == (150, 150)
+    assert len(_span_lines(spans)) == len(receiver.spans) == 301  # 150 data, 151 laps
+
+
+INTERRUPTED = """
+import os, signal, sys
+import looptrace
+from looptrace.testing import FakeClock
+
+clock = FakeClock()
+lt = looptrace.configure(clock=clock, trace_file=sys.argv[1], trace_every=1)
+train, io = lt.timer("train"), lt.timer("io")
+io.record("wait")
+for step in range(10):
+    train.record("data"); clock.advance(0.01)
+    with train.section("forward"):
+        train.timer("forward").record("matmul")
+        clock.advance(0.02)
+        if step == 5:
+            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C in the middle of a step
+"""
+
+
+def test_ctrl_c_mid_step_leaves_no_orphan_span(tmp_path: Path) -> None:
+    """After Ctrl-C every exported span's parent is exported; running ones are marked cut."""
+    spans = tmp_path / "spans.jsonl"
+    process = subprocess.run(
+        [sys.executable, "-c", INTERRUPTED, str(spans)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=child_env(),
+    )
+    assert "KeyboardInterrupt" in process.stderr
+    exported = _span_lines(spans)
+    ids = {span["spanId"] for span in exported}
+    assert [s["name"] for s in exported if s.get("parentSpanId", "") not in ids | {""}] == []
+    errors = sorted(
+        (s["name"], s["status"].get("message", "")[:30])
+        for s in exported
+        if s.get("status", {}).get("code") == 2  # ERROR
+    )
+    assert errors == [
+        ("forward", "KeyboardInterrupt: "),
+        ("io", "cut: still running at shutdown"),
+        ("train", "cut: still running at shutdown"),
+        ("wait", "cut: still running at shutdown"),
+    ]
+    assert len(exported) == 6 * 3 + 3  # data, forward, matmul of 6 steps; one lap; io, wait
+
+
+# A clock that sends SIGTERM to its own process when read while armed: reset() reads it
+# holding its lock, so the signal lands inside reset().
+INSIDE_RESET = """
+import os, signal, sys, time
+import looptrace
+from looptrace.testing import FakeClock
+
+class Clock(FakeClock):
+    armed = False
+    def monotonic_ns(self):
+        if self.armed:
+            self.armed = False
+            os.kill(os.getpid(), signal.SIGTERM)
+        return super().monotonic_ns()
+
+clock = Clock()
+lt = looptrace.configure(clock=clock, snapshot_file=sys.argv[1], trace_every=0)
+train = lt.timer("train")
+for step in range(30):
+    train.record("data"); clock.advance(0.01); train.record()
+    if step == 19:
+        lt.reset()
+print("armed", flush=True)
+clock.armed = True
+lt.reset()
+print("after reset", flush=True)
+train.record("data"); clock.advance(0.01)
+time.sleep(30)  # SIGTERM ends the process before this returns
+"""
+
+
+def test_sigterm_inside_reset_finishes_it_and_writes_every_window(tmp_path: Path) -> None:
+    """SIGTERM while reset() holds its lock: that window and a final one are written, fast."""
+    snapshots = tmp_path / "snaps.jsonl"
+    process = subprocess.Popen(
+        [sys.executable, "-c", INSIDE_RESET, str(snapshots)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=child_env(),
+    )
+    assert process.stdout is not None
+    assert process.stdout.readline() == "armed\n"
+    # Well within the 10 s the flush may take: a handler waiting for reset()'s lock times out.
+    _, err = process.communicate(timeout=5)
+    assert process.returncode == -signal.SIGTERM, err
+    windows = [json.loads(line) for line in snapshots.read_text().splitlines()]
+    assert [(w["step"], w["stats"]["root.train"]["count"]) for w in windows] == [
+        (20, 20),
+        (30, 10),
+        (31, 1),
+    ]

@@ -10,11 +10,12 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 import looptrace
 from looptrace.testing import FakeClock
@@ -22,6 +23,14 @@ from looptrace.testing import FakeClock
 from .otlp_server import OtlpReceiver, StalledServer, Tls, free_port
 
 PROTOCOLS = ["grpc", "http/protobuf"]
+
+
+class _Discard(SpanExporter):
+    """Accepts every batch and keeps nothing."""
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        """Drop the batch."""
+        return SpanExportResult.SUCCESS
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -91,3 +92,95 @@ def test_service_instance_id_survives_fork() -> None:
         },
     ).stdout.split("\n")
     assert out[:2] == ["child True True", "parent True"]
+
+
+# Threads lap, enter sections, start and end short-lived timing threads and reset while the
+# main thread forks: children by os.fork and by multiprocessing's fork start method each
+# reset, time a section and shut down, within 10 s or they count as hung.
+FORK_WHILE_TIMING = """
+import multiprocessing as mp
+import os
+import sys
+import threading
+import time
+
+import looptrace
+
+lt = looptrace.configure(trace_every=1, trace_file=sys.argv[1])
+train = lt.timer("training")
+stop = threading.Event()
+
+def spin(i):
+    t = lt.timer(f"worker{i}")
+    while not stop.is_set():
+        with t.section("a"):
+            pass
+        t.record("b")
+
+def churn():
+    while not stop.is_set():
+        th = threading.Thread(target=lambda: lt.timer("short").record("x"))
+        th.start(); th.join()
+
+def resets():
+    while not stop.is_set():
+        lt.reset(); time.sleep(0.001)
+
+threads = [threading.Thread(target=spin, args=(i,)) for i in range(2)]
+threads += [threading.Thread(target=churn), threading.Thread(target=resets)]
+for th in threads: th.start()
+
+def child_work():
+    train.record("child")
+    lt.reset()
+    with train.section("x"):
+        pass
+    snap = lt.reset()
+    lt.shutdown()
+    return snap
+
+def wait(pid, deadline):
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.01)
+    os.kill(pid, 9); os.waitpid(pid, 0)
+    return "hung"
+
+results = []
+for k in range(int(sys.argv[2])):
+    time.sleep(0.01)
+    pid = os.fork()
+    if pid == 0:
+        snap = child_work()
+        os._exit(0 if snap["root.training.x"].count == 1 else 5)
+    results.append(wait(pid, time.monotonic() + 10))
+
+ctx = mp.get_context("fork")
+for k in range(int(sys.argv[3])):
+    p = ctx.Process(target=child_work)
+    p.start(); p.join(10)
+    if p.exitcode is None:
+        p.kill(); p.join(); results.append("hung")
+    else:
+        results.append(p.exitcode)
+stop.set()
+for th in threads: th.join()
+train.record(); lt.reset()
+lt.shutdown()
+print(results)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_fork_while_other_threads_time_never_hangs_the_child(tmp_path: Path) -> None:
+    """Children forked at any moment while other threads time sections finish their work."""
+    out = subprocess.run(
+        [sys.executable, "-c", FORK_WHILE_TIMING, str(tmp_path / "spans.jsonl"), "12", "6"],
+        capture_output=True,
+        text=True,
+        timeout=400,
+        check=True,
+    )
+    assert out.stdout.splitlines()[-1] == repr([0] * 18)

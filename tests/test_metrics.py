@@ -137,6 +137,7 @@ def test_metric_attributes_are_path_span_name_and_rank(cap: Capture) -> None:
     """Each point carries looptrace.path, span.name and the rank attributes."""
     cap.lt.timer("training").record("forward")
     cap.clock.advance(0.5)
+    cap.lt.timer("training").stop()  # a measurement counts in the window where it ends
     cap.lt.reset()
     points = _points(cap.metrics.get_metrics_data())
     attributes: dict[str, Any] = dict(points["root.training.forward"].attributes or {})

@@ -7,7 +7,7 @@ import logging
 import pytest
 
 import looptrace
-from looptrace.testing import Capture
+from looptrace.testing import Capture, capture
 
 from .conftest import counts
 
@@ -19,6 +19,9 @@ from .conftest import counts
         (3, "must be a str, got int 3"),
         (None, "must be a str, got NoneType"),
         ("a.b", r"contains '\.'"),
+        (["x"], r"must be a str, got list \['x'\]"),
+        ({}, "must be a str, got dict {}"),
+        ("x" * 201, "is 201 characters long; the limit is 200"),
     ],
 )
 def test_bad_section_names_raise_before_changing_anything(
@@ -38,10 +41,51 @@ def test_bad_section_names_raise_before_changing_anything(
     assert counts(cap.lt.reset()) == {"root.training": 1, "root.training.data": 1}
 
 
-def test_bad_timer_name_raises(cap: Capture) -> None:
-    """lt.timer() validates its name the same way."""
-    with pytest.raises(looptrace.TimerError, match=r"contains '\.'"):
-        cap.lt.timer("training.forward")
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("training.forward", r"contains '\.'"),
+        ({}, "must be a str, got dict {}"),
+        (["x"], r"must be a str, got list \['x'\]"),
+        ("t" * 1_000_000, "is 1000000 characters long; the limit is 200"),
+    ],
+)
+def test_bad_timer_name_raises(cap: Capture, name: object, message: str) -> None:
+    """lt.timer() validates its name the same way, whatever the type."""
+    with pytest.raises(looptrace.TimerError, match=message):
+        cap.lt.timer(name)  # type: ignore[arg-type]
+
+
+def test_longest_allowed_name_works(cap: Capture) -> None:
+    """A name of exactly the documented limit is a normal section."""
+    name = "n" * 200
+    cap.lt.timer("training").record(name)
+    cap.lt.timer("training").stop()
+    assert counts(cap.lt.reset()) == {"root.training": 1, f"root.training.{name}": 1}
+
+
+def test_names_past_the_path_cap_keep_no_state_of_their_own() -> None:
+    """20,000 distinct names with max_paths=10: per-name state stays at the cap, time is kept."""
+    cap = capture(max_paths=10, trace_every=0)
+    train = cap.lt.timer("training")
+    for i in range(20_000):
+        train.record(f"step{i}")
+        cap.clock.advance(0.001)
+    with train.section("late"):
+        cap.clock.advance(0.001)
+    train.stop()
+    snap = cap.lt.reset()
+    engine = cap.lt._engine
+    assert len(train._children) == 9
+    assert len(engine.state().nodes) <= 11
+    assert len(engine._attributes) <= 11
+    assert counts(snap) == {
+        "root.training": 1,
+        **{f"root.training.step{i}": 1 for i in range(9)},
+        "other": 19_992,
+    }
+    assert round(sum(s.self_time for s in snap.values()), 9) == 20.001
+    assert cap.lt.health().overflowed == 19_992
 
 
 def test_timer_error_is_a_value_error() -> None:

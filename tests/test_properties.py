@@ -10,6 +10,8 @@ from hypothesis import strategies as st
 from looptrace import Section
 from looptrace.testing import Capture, capture
 
+from .conftest import PreemptingClock, Worker
+
 TIMERS = ("training", "training.forward", "eval")
 NAMES = ("data", "forward", "backward", "opt")
 
@@ -81,3 +83,112 @@ def test_time_is_conserved_across_windows(ops: list[tuple[str, Any, Any]]) -> No
     assert {p: round(v, 9) for p, v in summed.items()} == {
         p: round(s["total"], 9) for p, s in without[-1].items()
     }
+    # Each interval is counted once, whole, in the window it ends in.
+    assert _counts(with_resets) == _counts(without)
+
+
+def _counts(windows: list[dict[str, Any]]) -> dict[str, int]:
+    summed: dict[str, int] = {}
+    for window in windows:
+        for path, stats in window.items():
+            summed[path] = summed.get(path, 0) + stats["count"]
+    return {path: n for path, n in summed.items() if n}
+
+
+THREAD_TIMERS = ("training", "eval")
+thread_operations = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("record"),
+            st.integers(0, 1),
+            st.sampled_from(THREAD_TIMERS),
+            st.sampled_from((None, *NAMES)),
+        ),
+        st.tuples(st.just("stop"), st.integers(0, 1), st.sampled_from(THREAD_TIMERS), st.none()),
+        st.tuples(
+            st.just("enter"),
+            st.integers(0, 1),
+            st.sampled_from(THREAD_TIMERS),
+            st.sampled_from(NAMES),
+        ),
+        st.tuples(st.just("exit"), st.integers(0, 1), st.none(), st.none()),
+        st.tuples(st.just("advance"), st.integers(1, 5000), st.none(), st.none()),
+        st.tuples(st.just("reset"), st.integers(0, 3), st.none(), st.none()),
+    ),
+    max_size=50,
+)
+
+
+def _play_threads(ops: list[tuple[str, Any, Any, Any]], *, resets: bool) -> list[dict[str, Any]]:
+    """Play `ops` on two worker threads.
+
+    A reset, from the test thread, is preempted right after it reads the clock while the next
+    `arg` operations run.
+    """
+    clock = PreemptingClock()
+    cap = capture(trace_every=0, clock=clock)
+    lt = cap.lt
+    workers = [Worker(), Worker()]
+    entered: list[list[Section]] = [[], []]
+    windows: list[dict[str, Any]] = []
+
+    def play(op: str, arg: Any, timer: Any, name: Any) -> None:
+        if op == "advance":
+            clock.advance(arg / 1e6)
+            return
+        worker, stack = workers[arg], entered[arg]
+        found = None if timer is None else lt.timer(timer)
+        if op == "record":
+            worker.run(lambda: found.record(name))
+        elif op == "stop":
+            worker.run(lambda: found.running and found.stop())
+        elif op == "enter":
+            section = found.section(name)
+            worker.run(section.start)
+            stack.append(section)
+        elif op == "exit" and stack:
+            worker.run(stack.pop().stop)
+
+    pending = list(ops)
+    while pending:
+        op, arg, timer, name = pending.pop(0)
+        if op != "reset":
+            play(op, arg, timer, name)
+            continue
+        if not resets:
+            continue
+        preempted = [o for o in pending[:arg] if o[0] != "reset"]
+        del pending[:arg]
+        clock.on_read = lambda preempted=preempted: [play(*o) for o in preempted]
+        windows.append(lt.reset().to_dict())
+    for index, worker in enumerate(workers):
+        while entered[index]:
+            worker.run(entered[index].pop().stop)
+        for timer in THREAD_TIMERS:
+            found = lt.timer(timer)
+            worker.run(lambda found=found: found.running and found.stop())
+        worker.close()
+    windows.append(lt.reset().to_dict())
+    assert lt.health().misuse == 0
+    return windows
+
+
+@settings(max_examples=100, deadline=None)
+@given(thread_operations)
+def test_two_threads_and_resets_neither_invent_nor_lose_time(
+    ops: list[tuple[str, Any, Any, Any]],
+) -> None:
+    """Two threads timing and resets preempted at any point: every second is counted once."""
+    with_resets = _play_threads(ops, resets=True)
+    without = _play_threads(ops, resets=False)
+    summed: dict[str, float] = {}
+    for window in with_resets:
+        for path, stats in window.items():
+            summed[path] = summed.get(path, 0.0) + stats["total"]
+        outermost = sum(window.get(f"root.{t}", {}).get("total", 0.0) for t in THREAD_TIMERS)
+        selves = sum(stats["self_time"] for stats in window.values())
+        assert round(selves, 9) == round(outermost, 9)  # self time + children = total
+    assert {p: round(v, 9) for p, v in summed.items() if round(v, 9)} == {
+        p: round(s["total"], 9) for p, s in without[-1].items() if round(s["total"], 9)
+    }
+    assert _counts(with_resets) == _counts(without)

@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import threading
 
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+import looptrace
 from looptrace import RankInfo
 from looptrace.testing import Capture, capture
 
@@ -227,3 +232,69 @@ def test_a_failing_span_processor_never_reaches_the_loop() -> None:
     snap = cap.lt.reset()
     assert snap["root.training.forward"].count == 3
     assert cap.lt.health().internal_errors > 0
+
+
+def test_shutdown_ends_running_intervals_as_cut_spans(cap: Capture) -> None:
+    """shutdown() ends what runs, in the last window, with spans marked cut: no orphans."""
+    train = cap.lt.timer("training")
+    train.record("data")
+    cap.clock.advance(1.0)
+    train.record("forward")
+    cap.clock.advance(0.5)
+    cap.lt.shutdown()
+    assert [(s["name"], s["parent"], s["end"], s["status"]) for s in cap.span_tree()] == [
+        ("data", "training", 1.0, "UNSET"),
+        ("forward", "training", 1.5, "ERROR"),
+        ("training", None, 1.5, "ERROR"),
+    ]
+    (cut,) = [s for s in cap.finished_spans() if s.name == "training"]
+    assert cut.status.description == "cut: still running at shutdown"
+
+
+def test_no_span_is_built_while_nothing_reads_spans() -> None:
+    """No processor but looptrace's: no spans are built; laps after one is added are traced."""
+    provider = TracerProvider()
+    lt = looptrace.configure(tracer_provider=provider, trace_every=1, rank=RankInfo())
+    train = lt.timer("training")
+    train.record("data")
+    state = lt._engine.state()
+    assert [interval.span for interval in state.tops] == [None]
+    train.record()  # lap 1 starts, untraced
+    spans = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    train.record("data")
+    train.record()  # lap 2 starts, traced
+    train.record("data")
+    train.stop()
+    finished = spans.get_finished_spans()
+    assert [(s.name, (s.attributes or {})["looptrace.step"]) for s in finished] == [
+        ("data", 2),
+        ("training", 2),
+    ]
+    assert {p: st.count for p, st in lt.reset().items()} == {
+        "root.training": 3,
+        "root.training.data": 3,
+    }
+    lt.shutdown()
+
+
+def test_sections_of_a_never_lapped_timer_are_steps_of_their_own() -> None:
+    """Sections only, never record(): each outermost section instance is a whole, sampled trace."""
+    cap = capture(trace_every=2)
+    handler = cap.lt.timer("handler")
+    for name in ("tokenize", "generate", "tokenize", "generate"):
+        with handler.section(name):
+            cap.clock.advance(0.1)
+    assert not handler.running
+    tree = cap.span_tree()
+    assert [(s["name"], s["parent"], s["step"], s["start"], s["end"]) for s in tree] == [
+        ("tokenize", "handler", 0, 0.0, 0.1),
+        ("handler", None, 0, 0.0, 0.1),
+        ("tokenize", "handler", 2, 0.2, 0.3),
+        ("handler", None, 2, 0.2, 0.3),
+    ]
+    assert {p: s.count for p, s in cap.lt.reset().items()} == {
+        "root.handler": 4,
+        "root.handler.tokenize": 2,
+        "root.handler.generate": 2,
+    }

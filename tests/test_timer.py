@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import math
 import threading
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
 from looptrace.testing import Capture, capture
 
-from .conftest import counts, totals
+from .conftest import PreemptingClock, Worker, counts, totals
 
 
 def test_record_laps_a_running_timer(cap: Capture) -> None:
@@ -124,8 +127,30 @@ def test_reset_splits_running_sections(cap: Capture) -> None:
     second = cap.lt.reset()
     assert totals(first) == {"root.training": 3.0, "root.training.forward": 3.0}
     assert totals(second) == {"root.training": 1.0, "root.training.forward": 1.0}
-    assert counts(first) == counts(second) == {"root.training": 1, "root.training.forward": 1}
+    # Counted once, whole, in the window where it ends.
+    assert counts(first) == {"root.training": 0, "root.training.forward": 0}
+    assert counts(second) == {"root.training": 1, "root.training.forward": 1}
+    assert (second["root.training.forward"].min, second["root.training.forward"].max) == (4, 4)
+    assert math.isnan(first["root.training"].mean)
     assert second["root.training"].self_time == 0.0
+
+
+def test_windows_of_the_readme_loop_count_exactly_their_laps(cap: Capture) -> None:
+    """record() then reset() every 100 steps: each window counts 100 laps, min is a real lap."""
+    train = cap.lt.timer("training")
+    windows = []
+    for step in range(300):
+        train.record("forward")
+        cap.clock.advance(0.01)
+        train.record()
+        cap.clock.advance(0.00001)  # the sliver between the lap and the reset
+        if step % 100 == 99:
+            windows.append(cap.lt.reset())
+    assert [counts(w) for w in windows] == [
+        {"root.training": 100, "root.training.forward": 100}
+    ] * 3
+    assert [round(w["root.training"].min, 6) for w in windows] == [0.01, 0.01001, 0.01001]
+    assert round(sum(w["root.training"].total for w in windows), 9) == 3.003
 
 
 def test_second_reset_without_activity_is_empty(cap: Capture) -> None:
@@ -233,9 +258,9 @@ def test_timed_decorator_default_and_explicit_names(cap: Capture) -> None:
     assert load_batch() == 7
     step()
     load_batch()
-    train.stop()
+    assert not train.running  # never lapped: each call is a step of its own
     assert counts(cap.lt.reset()) == {
-        "root.training": 1,
+        "root.training": 3,
         "root.training.load_batch": 2,
         "root.training.opt": 1,
     }
@@ -366,3 +391,149 @@ def test_section_object_shared_by_threads(cap: Capture) -> None:
     for thread in threads:
         thread.join()
     assert counts(cap.lt.reset()) == {"root.training": 2, "root.training.io": 2}
+
+
+def test_reset_preempted_after_reading_the_clock_counts_each_lap_once() -> None:
+    """A lap made between reset()'s clock read and its cut is counted once, not twice."""
+    clock = PreemptingClock()
+    cap = capture(trace_every=0, clock=clock)
+    train = cap.lt.timer("training")
+    worker = Worker()
+    worker.run(train.record)
+    ran = 0
+    windows = []
+    for _ in range(10):
+        for _ in range(5):
+            clock.advance(0.001)
+            worker.run(train.record)
+            ran += 1
+
+        def lap_in_between() -> None:
+            clock.advance(0.001)
+            worker.run(train.record)
+
+        clock.on_read = lap_in_between
+        windows.append(cap.lt.reset())
+        ran += 1
+    worker.run(train.stop)
+    windows.append(cap.lt.reset())
+    worker.close()
+    assert ran == 60
+    assert round(sum(w["root.training"].total for w in windows), 9) == 0.06
+
+
+@pytest.mark.parametrize("action", ["stop", "record", "reset"])
+def test_deep_recursion_needs_no_stack_in_the_engine(cap: Capture, action: str) -> None:
+    """450 nested decorated calls, then stop/record/reset at the bottom: no RecursionError."""
+    train = cap.lt.timer("training")
+    depth = 450
+
+    @train.timed("dive")
+    def dive(n: int) -> None:
+        cap.clock.advance(0.001)
+        if n > 1:
+            dive(n - 1)
+        elif action == "stop":
+            train.stop()
+        elif action == "record":
+            train.record()
+        else:
+            cap.lt.reset()
+
+    train.record()
+    dive(depth)
+    train.stop()
+    assert cap.lt.reset()["root.training.dive"].count == depth
+
+
+def test_asyncio_tasks_keep_their_own_sections(cap: Capture) -> None:
+    """Two tasks on one loop: B entering a section does not end A's, each measures its own."""
+    t = cap.lt.timer("handler")
+    clock = cap.clock
+
+    async def main() -> None:
+        a_in, b_done = asyncio.Event(), asyncio.Event()
+
+        async def task_a() -> None:
+            with t.section("a"):
+                a_in.set()
+                await b_done.wait()
+                clock.advance(0.15)
+
+        async def task_b() -> None:
+            await a_in.wait()
+            clock.advance(0.1)
+            with t.section("b"):
+                clock.advance(0.05)
+            b_done.set()
+
+        await asyncio.gather(task_a(), task_b())
+
+    asyncio.run(main())
+    snap = cap.lt.reset()
+    assert totals(snap) == {"root.handler": 0.35, "root.handler.a": 0.3, "root.handler.b": 0.05}
+    assert counts(snap) == {"root.handler": 2, "root.handler.a": 1, "root.handler.b": 1}
+    assert cap.lt.health().misuse == 0
+
+
+def test_a_finished_task_ends_what_it_left_running(cap: Capture) -> None:
+    """Sections a task leaves running end when it is done, not in later windows."""
+    t = cap.lt.timer("handler")
+
+    async def handle() -> None:
+        t.record("x")
+        cap.clock.advance(1.0)
+
+    async def main() -> None:
+        await asyncio.create_task(handle())
+        await asyncio.sleep(0)  # the task's done callbacks run
+        cap.clock.advance(5.0)
+
+    asyncio.run(main())
+    assert totals(cap.lt.reset()) == {"root.handler": 1.0, "root.handler.x": 1.0}
+
+
+def test_timed_async_and_generator_functions_measure_the_whole_call(cap: Capture) -> None:
+    """@timed on async def, generator and async generator functions spans awaits and yields."""
+    t = cap.lt.timer("serve")
+    clock = cap.clock
+
+    @t.timed()
+    async def handle() -> int:
+        clock.advance(0.1)
+        await asyncio.sleep(0)
+        clock.advance(0.2)
+        return 7
+
+    @t.timed()
+    def produce() -> Iterator[int]:
+        for i in range(3):
+            clock.advance(0.1)
+            yield i
+
+    @t.timed()
+    async def stream() -> AsyncIterator[int]:
+        for i in range(2):
+            clock.advance(0.25)
+            await asyncio.sleep(0)
+            yield i
+
+    async def consume() -> list[int]:
+        return [item async for item in stream()]
+
+    assert asyncio.run(handle()) == 7
+    assert list(produce()) == [0, 1, 2]
+    t.stop()
+    assert asyncio.run(consume()) == [0, 1]
+    first = produce()
+    next(first)
+    first.close()  # closed early: the call ends there, without an error
+    t.stop()
+    snap = cap.lt.reset()
+    assert sum(s.errors for s in snap.values()) == 0
+    assert totals(snap) == {
+        "root.serve": 1.2,  # 0.3 + 0.5 in the tasks, 0.3 + 0.1 in this thread
+        "root.serve.handle": 0.3,
+        "root.serve.produce": 0.4,
+        "root.serve.stream": 0.5,
+    }

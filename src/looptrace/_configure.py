@@ -69,7 +69,9 @@ def configure(
             then `"looptrace"`.
         tracer_provider: where spans go. Without one, a global SDK provider set by the
             application is used (looptrace adds its processor to it); without that either,
-            looptrace installs an SDK provider of its own as the global one.
+            looptrace makes an SDK provider of its own, the global one if none is set yet.
+            Each `configure()` call is separate: a second one (with or without `shutdown()`
+            of the first) gets its own Resource, outputs and processors, never the first's.
         meter_provider: an SDK MeterProvider whose readers also collect looptrace's
             metrics (pre-aggregated, flushed at each `reset()`); defaults to the global
             provider when that is an SDK one.
@@ -169,7 +171,7 @@ def configure(
         tracer_provider,
         lambda: export_pipeline(
             options,
-            owns_traces=tracer_provider is None and _global_sdk_tracer_provider() is None,
+            owns_traces=tracer_provider is None and _application_tracer_provider() is None,
             owns_metrics=meter_provider is None,
             disabled=disabled,
             resource=resource,
@@ -187,14 +189,9 @@ def configure(
     step_traces: StepTraces | None = None
     processor: AggregatingSpanProcessor | None = None
     if not disabled:
-        provider = tracer_provider or _global_sdk_tracer_provider()
+        provider = tracer_provider or _application_tracer_provider()
         if provider is None:
-            # looptrace samples whole steps itself (LapSampler); the SDK keeps what it gets.
-            provider = SdkTracerProvider(
-                resource=resource, sampler=ParentBased(ALWAYS_ON), id_generator=StepIdGenerator()
-            )
-            _keep_instance_id_after_fork(provider, rank.instance_id)
-            trace.set_tracer_provider(provider)
+            provider = _own_tracer_provider(resource, rank)
         processor = AggregatingSpanProcessor(aggregator, incidents)
         if isinstance(provider, SdkTracerProvider):
             provider.add_span_processor(processor)
@@ -217,6 +214,8 @@ def configure(
         incidents=incidents,
         device_clock=None if device_sync else device_clock,
     )
+    if isinstance(provider, SdkTracerProvider) and processor is not None:
+        engine.spans_read = _other_processors(provider, processor)
     if device_sync:
         engine.device.disable()  # every boundary is already host-aligned
     files.attach(provider, outputs, step=engine.steps_done)
@@ -277,6 +276,47 @@ def _step_traces(
     if not run or not isinstance(generator, StepIdGenerator):
         return None
     return StepTraces(run, rank.rank, generator)
+
+
+# Providers looptrace made: a later configure() makes its own rather than join one of them.
+_INSTALLED: weakref.WeakSet[SdkTracerProvider] = weakref.WeakSet()
+
+
+def _own_tracer_provider(resource: Resource, rank: RankInfo) -> SdkTracerProvider:
+    """Make looptrace's provider; the first one made becomes the global provider."""
+    # looptrace samples whole steps itself (LapSampler); the SDK keeps what it gets.
+    provider = SdkTracerProvider(
+        resource=resource, sampler=ParentBased(ALWAYS_ON), id_generator=StepIdGenerator()
+    )
+    _keep_instance_id_after_fork(provider, rank.instance_id)
+    if _global_sdk_tracer_provider() is None:
+        trace.set_tracer_provider(provider)
+    _INSTALLED.add(provider)
+    return provider
+
+
+def _other_processors(
+    provider: SdkTracerProvider, mine: AggregatingSpanProcessor
+) -> Callable[[], bool]:
+    """Return a test of whether `provider` has a span processor besides looptrace's own.
+
+    Without one nothing reads looptrace's spans, so none is built. Processors added later
+    (an exporter, a span file) count from the next lap on.
+    """
+    multi = getattr(provider, "_active_span_processor", None)
+    if multi is None or not hasattr(multi, "_span_processors"):
+        return lambda: True  # an SDK of unknown shape: assume someone reads
+
+    def others() -> bool:
+        return any(p is not mine for p in multi._span_processors)
+
+    return others
+
+
+def _application_tracer_provider() -> SdkTracerProvider | None:
+    """Return the global SDK provider when the application set it (not an earlier looptrace)."""
+    provider = _global_sdk_tracer_provider()
+    return None if provider is None or provider in _INSTALLED else provider
 
 
 def _global_sdk_tracer_provider() -> SdkTracerProvider | None:

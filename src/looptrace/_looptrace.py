@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import threading
 import weakref
 from collections.abc import Callable
 
@@ -40,6 +42,7 @@ class Looptrace:
         self._outputs = outputs
         self._processor = processor
         self._window_start = engine.now()
+        self._shutdown_lock = threading.Lock()
         self.root = Timer(engine, "root", None)
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=_after_fork_hook(self))
@@ -67,6 +70,9 @@ class Looptrace:
         must call it at the same point. Without a process group it is a no-op: the snapshot
         holds this rank's data and `across_ranks` is None.
         """
+        return self._close_window(across_ranks=across_ranks, final=False)
+
+    def _close_window(self, *, across_ranks: bool, final: bool) -> Snapshot:
         engine = self._engine
         aggregator = self._aggregator
         with aggregator.lock:
@@ -76,7 +82,9 @@ class Looptrace:
                 self._incidents.misused("closed", "reset() after shutdown()")
                 closed = Snapshot({}, start_ns=0, end_ns=0, rank=self.rank.rank)
                 return reduce_across_ranks(closed, self._incidents) if across_ranks else closed
-            engine.close_window(now)
+            engine.close_window(now, final=final)
+            if final:
+                engine.closed = True
             if self._processor is not None:
                 self._processor.merge_pending()
             snapshot = aggregator.snapshot(
@@ -107,24 +115,30 @@ class Looptrace:
     def shutdown(self) -> None:
         """Close a last window, flush it and the spans, and release exporters; idempotent.
 
-        Sections still running count up to now. Timers stay usable as counted no-ops, so a
-        training loop that outlives its telemetry keeps running.
+        Sections still running end now: they count in the last window and their spans are
+        exported with status ERROR ("cut"), so every exported span's parent is exported too.
+        Timers stay usable as counted no-ops, so a loop that outlives its telemetry runs on.
+        A second call, from any thread, returns once the first has finished.
         """
-        engine = self._engine
-        if engine.closed:
-            return
-        self.reset()
-        engine.closed = True
-        for close in self._outputs.on_shutdown:
-            try:
-                close()
-            except Exception:
-                self._incidents.failed(f"shutdown of {close!r}")
+        with self._shutdown_lock:
+            engine = self._engine
+            if engine.closed:
+                return
+            self._close_window(across_ranks=False, final=True)
+            for close in self._outputs.on_shutdown:
+                try:
+                    close()
+                except Exception:
+                    self._incidents.failed(f"shutdown of {close!r}")
+        atexit.unregister(self.shutdown)  # registered by the exit flush, if any
 
     def _after_fork_in_child(self) -> None:
         self._incidents.after_fork_in_child()
         self._aggregator.after_fork_in_child()
+        if self._processor is not None:
+            self._processor.after_fork_in_child()
         self._engine.after_fork_in_child()
+        self._shutdown_lock = threading.Lock()
         self._window_start = self._engine.now()
 
 

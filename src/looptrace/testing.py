@@ -128,12 +128,18 @@ class Capture:
         ]
 
 
-def capture(*, trace_every: int = 1, rank: RankInfo | None = None, **kwargs: Any) -> Capture:
-    """Configure a looptrace on a fresh fake clock and in-memory span and metric exporters.
+def capture(
+    *,
+    trace_every: int = 1,
+    rank: RankInfo | None = None,
+    clock: FakeClock | None = None,
+    **kwargs: Any,
+) -> Capture:
+    """Configure a looptrace on a fake clock (fresh, at 0 s, by default) and in-memory exporters.
 
     Every step is traced unless `trace_every` says otherwise.
     """
-    clock = FakeClock(start_s=0.0)
+    clock = FakeClock(start_s=0.0) if clock is None else clock
     spans = InMemorySpanExporter()
     tracer_provider = TracerProvider(id_generator=StepIdGenerator())
     tracer_provider.add_span_processor(SimpleSpanProcessor(spans))

@@ -126,7 +126,18 @@ class Segment:
     closed, so its self time can exclude this one's device time.
     """
 
-    __slots__ = ("child_ns", "end", "error", "node_state", "owns_start", "parent", "span", "start")
+    __slots__ = (
+        "before_ns",
+        "child_ns",
+        "end",
+        "error",
+        "next",
+        "node_state",
+        "owns_start",
+        "parent",
+        "span",
+        "start",
+    )
 
     def __init__(self, node_state: NodeState, start: Event, *, owns_start: bool) -> None:
         self.node_state = node_state
@@ -137,6 +148,8 @@ class Segment:
         self.child_ns = 0
         self.error = False
         self.span: SpanRequest | None = None
+        self.next: Segment | None = None  # the rest of the interval after a reset cut
+        self.before_ns = 0  # device time of the interval's segments before this one
 
 
 class SpanRequest:
@@ -183,8 +196,8 @@ def close_segment(
 ) -> None:
     """Close the open segment of `interval` with an event; with `reopen`, continue in a new one.
 
-    A reset cut reopens: the part before the cut is counted in the closing window, the rest
-    in the next, exactly as for host time.
+    A reset cut reopens: the part before the cut goes into the closing window's total, and
+    the interval is counted whole in the window it ends in, exactly as for host time.
     """
     track = interval.device
     assert track is not None
@@ -196,7 +209,7 @@ def close_segment(
     segment.parent = parent.device.segment if parent is not None and parent.device else None
     queue.pending.append(segment)
     if reopen:
-        track.segment = Segment(segment.node_state, clock.record(), owns_start=True)
+        track.segment = segment.next = Segment(segment.node_state, clock.record(), owns_start=True)
     else:
         segment.span = track.span
 
@@ -218,7 +231,12 @@ def resolve(clock: DeviceClock, queue: DeviceQueue, *, wait: bool, make_span: An
     for segment in pending:
         duration = clock.elapsed_ns(segment.start, segment.end)
         node_state = segment.node_state
-        node_state.durations.append(duration)
+        if segment.next is not None:  # cut by a reset: window time, counted when it ends
+            node_state.carry_ns += duration
+            segment.next.before_ns = segment.before_ns + duration
+        else:
+            node_state.durations.append(segment.before_ns + duration)
+            node_state.carry_ns -= segment.before_ns
         node_state.self_ns += duration - segment.child_ns
         node_state.errors += segment.error
         if segment.parent is not None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-import weakref
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from opentelemetry import trace
@@ -14,14 +14,19 @@ from looptrace._core import ranges as _ranges
 from looptrace._core.clock import Clock, EpochAnchor
 from looptrace._core.device import DeviceClock, DeviceTiming
 from looptrace._core.ids import StepTraces
-from looptrace._core.intervals import Holder, Interval, ThreadState
+from looptrace._core.intervals import Interval, ThreadState
 from looptrace._core.sampling import LapSampler
+from looptrace._core.states import States
 from looptrace._stats.aggregator import FOLD_AT, Aggregator
 from looptrace._stats.attributes import PATH, STEP
 from looptrace._stats.health import Incidents
 
 if TYPE_CHECKING:
     from looptrace._core.timer import Timer
+
+
+# The status description of a span that was still running when looptrace shut down.
+CUT_STATUS = "cut: still running at shutdown"
 
 
 class Engine:
@@ -50,30 +55,27 @@ class Engine:
         self.step_traces = step_traces
         self.span_attributes = span_attributes
         self.incidents = incidents
+        # Whether anything besides looptrace's own processor reads spans; asked once per lap.
+        self.spans_read: Callable[[], bool] = lambda: True
         self.closed = False
         self._attributes: dict[Timer, dict[str, str | int]] = {}
-        self.local = threading.local()
-        self._states: dict[int, ThreadState] = {}
-        self._states_lock = threading.Lock()
+        self.states = States(self.now)
+        self.states.on_new = self._close_exited_if_free
+        self.local = self.states.local
+        self.state = self.states.state
+        self.thread_state = self.states.thread_state
+        self.task_state = self.states.task_state
         self.device = DeviceTiming(device_clock, tracer, self.anchor, incidents, self._span_base)
 
     # -- thread states -------------------------------------------------------------------
 
-    def state(self) -> ThreadState:
-        """Return the calling thread's state, creating it on first use."""
-        try:
-            return self.local.state  # type: ignore[no-any-return]
-        except AttributeError:
-            pass
-        state = ThreadState()
-        holder = Holder(state)
-        finalizer = weakref.finalize(holder, self._thread_exited, state)
-        finalizer.atexit = False
-        with self._states_lock:
-            self._states[id(state)] = state
-        self.local.holder = holder
-        self.local.state = state
-        return state
+    def _close_exited_if_free(self) -> None:
+        lock = self.aggregator.lock
+        if lock.acquire(blocking=False):  # else the next reset() does it
+            try:
+                self.close_exited()
+            finally:
+                lock.release()
 
     def steps_done(self) -> int | None:
         """Return how many outermost laps the calling thread has completed (None: no laps).
@@ -81,11 +83,15 @@ class Engine:
         With several outermost timers, the largest count. It is the step a `reset()` window
         closes at: the spans of that window have `looptrace.step` below it.
         """
-        state: ThreadState | None = getattr(self.local, "state", None)
-        if state is None:
-            return None
-        running = {interval.node for interval in state.tops}
-        done = [node.laps - (timer in running) for timer, node in state.nodes.items() if node.laps]
+        mine: ThreadState | None = getattr(self.local, "state", None)
+        # Without a state of its own (a signal's helper thread): the most laps of any thread.
+        states = [mine] if mine is not None else self.states.all()
+        done = [
+            node.laps - any(interval.node is timer for interval in state.tops)
+            for state in states
+            for timer, node in list(state.nodes.items())
+            if node.laps
+        ]
         return max(done, default=None)
 
     def merge_pending(self, state: ThreadState) -> None:
@@ -97,38 +103,49 @@ class Engine:
             for batch in batches:
                 aggregator.merge(*batch)
 
-    def close_window(self, now: int) -> None:
-        """Cut every running interval at `now` and merge everything measured before it.
+    def close_window(self, now: int, *, final: bool = False) -> None:
+        """Cut every running interval and merge everything measured before the cut.
 
-        The caller holds the aggregator's lock, so no measurement after the cut can reach
-        this window.
+        Each thread is cut at one instant, read while its lock is held: a thread that lapped
+        after `reset()` read `now` has that lap in this window and nothing before its cut in
+        the next, so no time is counted twice or lost. The caller holds the aggregator's
+        lock, so no measurement after a cut can reach this window. A `final` window (shutdown)
+        ends every running interval instead, its span marked as cut.
         """
-        with self._states_lock:
-            states = list(self._states.values())
+        self.close_exited()
+        states = self.states.all()
         aggregator = self.aggregator
         for state in states:
             with state.lock:
-                for top in state.tops:
-                    self.cut(state, top, now)
+                cut_at = max(now, self.now())
+                state.last_cut = cut_at
+                if final:
+                    for top in reversed(state.tops):
+                        self.end(state, top, cut_at, cut=True)
+                else:
+                    for top in state.tops:
+                        self.cut(state, top, cut_at)
                 batches = self._drain(state)
             for batch in batches:
                 aggregator.merge(*batch)
 
-    def _thread_exited(self, state: ThreadState) -> None:
-        """Close what a finished thread left running, so it is not carried into later windows."""
+    def close_exited(self) -> None:
+        """End what exited threads left running, at their exit; holds the aggregator lock."""
         aggregator = self.aggregator
-        with aggregator.lock:
+        exited = self.states.exited
+        while exited:
+            state, at = exited.popleft()
+            if not self.states.retire(state):
+                continue
             with state.lock:
-                now = self.now()
+                at = max(at, state.last_cut)
                 for top in reversed(state.tops):
-                    self.end(state, top, now)
+                    self.end(state, top, at)
                 batches = self._drain(state)
             for batch in batches:
                 aggregator.merge(*batch)
-        with self._states_lock:
-            self._states.pop(id(state), None)
 
-    def _drain(self, state: ThreadState) -> list[tuple[str, list[int], int, int]]:
+    def _drain(self, state: ThreadState) -> list[tuple[str, list[int], int, int, int]]:
         """Wait for the thread's device events and hand over all it measured; holds its lock."""
         if state.device is not None:
             self.device.resolve(state, wait=True)
@@ -136,19 +153,17 @@ class Engine:
 
     def after_fork_in_child(self) -> None:
         """Keep only the forking thread's state, with fresh locks and nothing counted yet."""
-        state: ThreadState | None = getattr(self.local, "state", None)
-        self._states_lock = threading.Lock()
-        self._states = {}
+        state = self.states.after_fork_in_child()
         if state is None:
             return
         state.lock = threading.Lock()
         state.detach_all()
-        self._states[id(state)] = state
         now = self.now()
         pending = list(state.tops)
         while pending:
             interval = pending.pop()
-            interval.seg_start, interval.seg_child = now, 0
+            interval.seg_start = interval.start = now
+            interval.seg_child = 0
             interval.span = interval.context = None
             interval.device = None  # a forked child cannot use its parent's device context
             pending.extend(interval.children)
@@ -198,11 +213,15 @@ class Engine:
 
     def _lap_context(self, node: Timer, step: int) -> Context | None:
         """Return the parent context of a traced outermost lap, None when it is not traced."""
-        if self.tracer is None or not self.sampler(step):
+        if not self.traced(step):
             return None
         if self.step_traces is None:
             return Context()
         return self.step_traces.context_for(node.path, step)
+
+    def traced(self, step: int) -> bool:
+        """Whether outermost lap `step` gets spans: sampled, and something reads them."""
+        return self.tracer is not None and self.sampler(step) and self.spans_read()
 
     def _child_context(self, parent: Interval) -> Context | None:
         """Return the parent context of a section of a traced interval, else None."""
@@ -216,23 +235,49 @@ class Engine:
         return None
 
     def end(
-        self, state: ThreadState, interval: Interval, now: int, error: BaseException | None = None
+        self,
+        state: ThreadState,
+        interval: Interval,
+        now: int,
+        error: BaseException | None = None,
+        *,
+        cut: bool = False,
     ) -> None:
-        """End `interval` at `now`, its running descendants first (innermost first)."""
+        """End `interval` at `now`, its running descendants first (innermost first).
+
+        `cut` marks the spans as cut short by shutdown (status ERROR), not ended by the code.
+        """
+        self._end_children(state, interval, now, cut=cut)
+        self._end_one(state, interval, now, error, cut=cut)
+
+    def _end_children(
+        self, state: ThreadState, interval: Interval, now: int, *, cut: bool = False
+    ) -> None:
+        """End the running descendants of `interval`, innermost and latest first."""
         children = interval.children
         while children:
-            self.end(state, children[-1], now)
+            last = children[-1]
+            if last.children:  # deeper nesting: one walk, no recursion
+                for descendant in reversed(_descendants(last)):
+                    self._end_one(state, descendant, now, None, cut=cut)
+            self._end_one(state, last, now, None, cut=cut)
+
+    def _end_one(
+        self,
+        state: ThreadState,
+        interval: Interval,
+        now: int,
+        error: BaseException | None,
+        *,
+        cut: bool = False,
+    ) -> None:
+        """End `interval`, which has no running children, at `now`."""
         if _ranges.OPEN:
             _ranges.end(interval)
         duration = now - interval.seg_start
         node_state = interval.state
         if interval.device is None:
-            node_state.durations.append(duration)
-            node_state.self_ns += duration - interval.seg_child
-            if error is not None:
-                node_state.errors += 1
-            if len(node_state.durations) >= FOLD_AT:
-                state.full = True
+            _count_ended(state, interval, now, duration, error)
         else:
             self.device.close(state, interval, error)
         parent = interval.parent
@@ -247,7 +292,7 @@ class Engine:
         else:
             stack.remove(interval)
         if interval.span is not None:
-            self._end_span(interval.span, now, error)
+            self._end_span(interval.span, now, error, cut=cut)
         if parent is None and state.device is not None and state.device.pending:
             self.device.resolve(state, wait=False)
 
@@ -260,6 +305,9 @@ class Engine:
         node = interval.node
         parent = self.parent_for(state, node)
         node_state = interval.state
+        if interval.implicit:  # a section started it; a lap makes its laps the user's
+            interval.implicit = False
+            node_state.lapped = True
         in_place = (
             not interval.held
             and interval.span is None
@@ -269,18 +317,26 @@ class Engine:
         )
         if in_place:
             if parent is None:
-                in_place = self.tracer is None or not self.sampler(node_state.laps)
+                in_place = (
+                    self.tracer is None
+                    or not self.sampler(node_state.laps)
+                    or not self.spans_read()
+                )
             else:
                 in_place = self._child_context(parent) is None
         if not in_place:
             self.end(state, interval, now)
             self.start(state, node, now, parent)
             return
-        children = interval.children
-        while children:
-            self.end(state, children[-1], now)
+        if interval.children:
+            self._end_children(state, interval, now)
         duration = now - interval.seg_start
-        node_state.durations.append(duration)
+        start = interval.start
+        if start == interval.seg_start:
+            node_state.durations.append(duration)
+        else:  # cut by a reset: counted here whole, its earlier part already in a total
+            node_state.durations.append(now - start)
+            node_state.carry_ns -= interval.seg_start - start
         node_state.self_ns += duration - interval.seg_child
         if len(node_state.durations) >= FOLD_AT:
             state.full = True
@@ -291,7 +347,7 @@ class Engine:
                 self.device.resolve(state, wait=False)
         else:
             parent.seg_child += duration
-        interval.seg_start = now
+        interval.seg_start = interval.start = now
         interval.seg_child = 0
 
     def switch(self, state: ThreadState, current: Interval, child: Timer, now: int) -> bool:
@@ -321,8 +377,14 @@ class Engine:
         stack = ended.stack
         if stack[-1] is not sibling:
             return False
-        duration = now - sibling.seg_start
-        ended.durations.append(duration)
+        seg_start = sibling.seg_start
+        duration = now - seg_start
+        start = sibling.start
+        if start == seg_start:
+            ended.durations.append(duration)
+        else:  # cut by a reset: counted here whole, its earlier part already in a total
+            ended.durations.append(now - start)
+            ended.carry_ns -= seg_start - start
         ended.self_ns += duration - sibling.seg_child
         if len(ended.durations) >= FOLD_AT:
             state.full = True
@@ -330,21 +392,30 @@ class Engine:
         stack.pop()
         sibling.node = child
         sibling.state = target
-        sibling.seg_start = now
+        sibling.seg_start = sibling.start = now
         sibling.seg_child = 0
         target.stack.append(sibling)
         return True
 
-    def switch_to(self, state: ThreadState, owner: Timer, child: Timer, now: int) -> Interval:
+    def switch_to(
+        self, state: ThreadState, owner: Timer, child: Timer, now: int, entry: bool = False
+    ) -> Interval:
         """Make `owner` run (starting it if needed) with no section but `child` running.
 
-        Returns the owner's innermost running interval, the parent for `child`.
+        Returns the owner's innermost running interval, the parent for `child`. A section
+        `entry` that starts an outermost timer never lapped in this thread starts it for the
+        section's duration only (`Interval.implicit`): each such section is a step.
         """
         mine = state.nodes.get(owner)
         if mine is not None and mine.stack:
             current = mine.stack[-1]
         else:
-            current = self.start(state, owner, now, self.parent_for(state, owner))
+            parent = self.parent_for(state, owner)
+            current = self.start(state, owner, now, parent)
+            if not entry:
+                current.state.lapped = True
+            elif parent is None and not current.state.lapped:
+                current.implicit = True
         # Ending a sibling removes only that sibling from the list, behind this iterator.
         for sibling in reversed(current.children):
             if sibling.node is not child:
@@ -353,13 +424,22 @@ class Engine:
 
     def cut(self, state: ThreadState, interval: Interval, now: int) -> None:
         """Count the part of a running interval before `now`; the rest goes to the next window."""
-        for child in interval.children:
-            self.cut(state, child, now)
+        if interval.children:
+            for descendant in reversed(_descendants(interval)):
+                self._cut_one(state, descendant, now)
+        self._cut_one(state, interval, now)
+
+    def _cut_one(self, state: ThreadState, interval: Interval, now: int) -> None:
+        """Cut `interval` alone; its running children are cut already.
+
+        The part before the cut goes into this window's total and self time; the interval is
+        counted (count, min, max, quantiles, buckets) once, whole, in the window it ends in.
+        """
         duration = now - interval.seg_start
         if duration > 0:
             if interval.device is None:
                 node_state = interval.state
-                node_state.durations.append(duration)
+                node_state.carry_ns += duration
                 node_state.self_ns += duration - interval.seg_child
             else:
                 self.device.cut(state, interval)
@@ -412,12 +492,50 @@ class Engine:
             base = self._attributes[node] = {PATH: node.path, **self.span_attributes}
         return base
 
-    def _end_span(self, span: trace.Span, now: int, error: BaseException | None) -> None:
+    def _end_span(
+        self, span: trace.Span, now: int, error: BaseException | None, *, cut: bool = False
+    ) -> None:
         end_ns = self.anchor.epoch_ns(now)
         try:
-            if error is not None:
+            if cut:
+                span.set_status(Status(StatusCode.ERROR, CUT_STATUS))
+            elif error is not None:
                 span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
                 span.record_exception(error, timestamp=end_ns)
             span.end(end_time=end_ns)
         except Exception:
             self.incidents.failed("span end")
+
+
+def _count_ended(
+    state: ThreadState, interval: Interval, now: int, duration: int, error: BaseException | None
+) -> None:
+    """Count a host interval that ended at `now`, its last segment `duration` long."""
+    node_state = interval.state
+    start = interval.start
+    if start == interval.seg_start:
+        node_state.durations.append(duration)
+    else:  # cut by a reset: counted here whole, its earlier part already in a total
+        node_state.durations.append(now - start)
+        node_state.carry_ns -= interval.seg_start - start
+    node_state.self_ns += duration - interval.seg_child
+    if error is not None:
+        node_state.errors += 1
+    if len(node_state.durations) >= FOLD_AT:
+        state.full = True
+
+
+def _descendants(interval: Interval) -> list[Interval]:
+    """Return the running descendants of `interval` in pre-order, children in start order.
+
+    Reversed, the list has every interval after its descendants and later siblings first:
+    the order in which they end. A loop, not recursion: nesting is as deep as the user's.
+    """
+    found: list[Interval] = []
+    pending = list(reversed(interval.children))
+    while pending:
+        current = pending.pop()
+        found.append(current)
+        if current.children:
+            pending.extend(reversed(current.children))
+    return found

@@ -18,29 +18,49 @@ if TYPE_CHECKING:
 class NodeState:
     """One timer in one thread: its running intervals, laps, and measurements not yet merged."""
 
-    __slots__ = ("durations", "errors", "held", "laps", "path", "self_ns", "stack")
+    __slots__ = (
+        "carry_ns",
+        "durations",
+        "errors",
+        "held",
+        "lapped",
+        "laps",
+        "path",
+        "self_ns",
+        "stack",
+    )
 
     def __init__(self, path: str) -> None:
         self.path = path
         self.stack: list[Interval] = []
         self.held: list[Interval] = []  # entries of `with section:` / `start()`, to end on exit
         self.laps = 0
+        self.lapped = False  # started or lapped by record(): its laps are the user's steps
         self.durations: list[int] = []
         self.self_ns = 0
         self.errors = 0
+        # Total time not in `durations`: + the part before a cut of a running interval,
+        # - the earlier parts of a cut interval that ended (counted whole in `durations`).
+        self.carry_ns = 0
 
-    def detach(self) -> tuple[str, list[int], int, int]:
+    def detach(self) -> tuple[str, list[int], int, int, int]:
         """Hand over the pending measurements as one batch and start collecting anew."""
-        batch = (self.path, self.durations, self.self_ns, self.errors)
-        self.durations, self.self_ns, self.errors = [], 0, 0
+        batch = (self.path, self.durations, self.self_ns, self.errors, self.carry_ns)
+        self.durations, self.self_ns, self.errors, self.carry_ns = [], 0, 0, 0
         return batch
+
+    @property
+    def pending(self) -> bool:
+        """Whether anything waits to be merged."""
+        return bool(self.durations or self.carry_ns or self.self_ns)
 
 
 class Interval:
     """One running measurement of a timer in one thread.
 
     `seg_start` and `seg_child` describe the part inside the current reset window: `reset()`
-    moves `seg_start` to the cut and zeroes `seg_child`, the children's time in that part.
+    moves `seg_start` to the cut and zeroes `seg_child`, the children's time in that part;
+    `start` stays, so the interval is counted whole when it ends.
     A section entry keeps its interval as a token to end on exit, so `held` intervals are
     never recycled by `Engine.switch`.
     """
@@ -50,11 +70,13 @@ class Interval:
         "context",
         "device",
         "held",
+        "implicit",
         "node",
         "parent",
         "seg_child",
         "seg_start",
         "span",
+        "start",
         "state",
         "step",
     )
@@ -72,11 +94,13 @@ class Interval:
         self.state = state
         self.parent = parent
         self.children: list[Interval] = []
+        self.start = now  # of the whole interval; `seg_start` moves at each reset cut
         self.seg_start = now
         self.seg_child = 0
         self.step = step
         self.span = span
         self.held = False  # a section entry holds this object: never reuse it in place
+        self.implicit = False  # started by a section entry only: ends with that section
         self.context: Context | None = None  # `span` as a parent, made on first use
         self.device: DeviceTrack | None = None  # events of a device-timed interval
 
@@ -84,13 +108,14 @@ class Interval:
 class ThreadState:
     """The timers of one thread; only `reset()` and thread exit contend for its lock."""
 
-    __slots__ = ("device", "full", "lock", "nodes", "thread", "tops")
+    __slots__ = ("device", "full", "last_cut", "lock", "nodes", "thread", "tops")
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.nodes: dict[Timer, NodeState] = {}
         self.tops: list[Interval] = []
         self.full = False  # some node holds FOLD_AT measurements: merge after the call
+        self.last_cut = 0  # the instant of the latest `reset()` cut of this thread
         self.device: DeviceQueue | None = None  # device segments waiting for their events
         # Made in the thread it describes. Outermost lap spans carry it (their sections are in
         # the same thread), so viewers can lay threads apart.
@@ -106,10 +131,10 @@ class ThreadState:
             state = self.nodes[timer] = NodeState(timer.path)
         return state
 
-    def detach_all(self) -> list[tuple[str, list[int], int, int]]:
+    def detach_all(self) -> list[tuple[str, list[int], int, int, int]]:
         """Hand over every pending batch; the caller holds `lock`."""
         self.full = False
-        return [node.detach() for node in self.nodes.values() if node.durations]
+        return [node.detach() for node in self.nodes.values() if node.pending]
 
 
 class Holder:

@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Iterator
+import inspect
+from asyncio.events import _get_running_loop
+from collections.abc import AsyncGenerator, Callable, Coroutine, Generator, Iterable, Iterator
 from types import TracebackType
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar, cast
 
 from looptrace._core.engine import Engine
 from looptrace._core.intervals import Interval, ThreadState
 from looptrace._core.iterate import laps
+from looptrace._stats.aggregator import OTHER_PATH
 from looptrace._stats.errors import TimerError
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+MAX_NAME_LENGTH = 200  # a section name longer than this is a TimerError
 
 
 class Timer:
@@ -27,6 +32,7 @@ class Timer:
         "__weakref__",
         "_children",
         "_engine",
+        "_overflow",
         "_section",
         "device",
         "name",
@@ -44,6 +50,7 @@ class Timer:
         self.path: str = name if parent is None else f"{parent.path}.{name}"
         self._children: dict[str, Timer] = {}
         self._section: Section | None = None
+        self._overflow: Timer | None = None  # times every name past the path cap
 
     def __repr__(self) -> str:
         return f"Timer({self.path!r})"
@@ -54,17 +61,33 @@ class Timer:
         `device=True` makes it time on the GPU with CUDA events (see the README, "GPU
         time"); the choice is made when the timer is first created.
         """
-        child = self._children.get(name)
+        try:
+            child = self._children.get(name)
+        except TypeError:  # unhashable: not a str, reported below
+            child = None
         if child is None:
             self._check_name(name)
-            child = self._children.setdefault(
-                name, Timer(self._engine, name, self, device=bool(device))
-            )
+            engine = self._engine
+            if (
+                self.path == OTHER_PATH
+                or engine.aggregator.admit(f"{self.path}.{name}") == OTHER_PATH
+            ):
+                return self._overflowed(device)
+            child = self._children.setdefault(name, Timer(engine, name, self, device=bool(device)))
         elif device is not None and device != child.device:
             raise TimerError(
                 f"timer {child.path!r} already times on the {'device' if child.device else 'host'}"
             )
         return child
+
+    def _overflowed(self, device: bool | None) -> Timer:
+        """Return the one child that times every name past the path cap, as path `other`."""
+        overflow = self._overflow
+        if overflow is None:
+            overflow = Timer(self._engine, OTHER_PATH, self, device=bool(device))
+            overflow.path = OTHER_PATH
+            self._overflow = overflow
+        return overflow
 
     @property
     def running(self) -> bool:
@@ -72,22 +95,31 @@ class Timer:
         mine = self._engine.state().nodes.get(self)
         return mine is not None and bool(mine.stack)
 
-    def record(self, name: str | None = None) -> None:
+    def record(self, name: str | None = None) -> None:  # noqa: PLR0912 - hot path, inlined
         """Lap this timer, or switch it to section `name`.
 
         `record()` ends the running interval (one measurement) and starts the next at the same
         instant, or starts one on a stopped timer. `record(name)` starts this timer if needed,
         ends the running sibling sections, and starts `name` (lapping it if it was running).
         """
-        child = None if name is None else self._children.get(name) or self.timer(name)
+        if name is None:
+            child = None
+        else:
+            try:
+                child = self._children[name]
+            except (KeyError, TypeError):  # first use, or not a name at all
+                child = self.timer(name)
         engine = self._engine
         if engine.closed:
             engine.incidents.misused("closed", f"{self.path}.record() after shutdown()")
             return
-        try:
-            state: ThreadState = engine.local.state
-        except AttributeError:
-            state = engine.state()
+        if _get_running_loop() is None:
+            try:
+                state: ThreadState = engine.local.state
+            except AttributeError:
+                state = engine.thread_state()
+        else:
+            state = engine.task_state()
         lock = state.lock
         lock.acquire()  # not `with`: this is the hot path, and half the cost
         try:
@@ -98,7 +130,8 @@ class Timer:
                 if stack:
                     engine.lap(state, stack[0], now)
                 else:
-                    engine.start(state, self, now, engine.parent_for(state, self))
+                    started = engine.start(state, self, now, engine.parent_for(state, self))
+                    started.state.lapped = True
             elif not (stack and engine.switch(state, stack[-1], child, now)):
                 current = engine.switch_to(state, self, child, now)
                 running = state.nodes.get(child)
@@ -134,7 +167,10 @@ class Timer:
         in this thread (recursion) nests a new interval instead of lapping it. Leaving it ends
         that interval only; this timer keeps running.
         """
-        child = self._children.get(name) or self.timer(name)
+        try:
+            child = self._children[name]
+        except (KeyError, TypeError):  # first use, or not a name at all
+            child = self.timer(name)
         section = child._section
         if section is None:
             section = child._section = Section(self, child)
@@ -163,10 +199,13 @@ class Timer:
         if engine.closed:
             engine.incidents.misused("closed", f"{child.path} entered after shutdown()")
             return None
-        try:
-            state: ThreadState = engine.local.state
-        except AttributeError:
-            state = engine.state()
+        if _get_running_loop() is None:
+            try:
+                state: ThreadState = engine.local.state
+            except AttributeError:
+                state = engine.thread_state()
+        else:
+            state = engine.task_state()
         lock = state.lock
         lock.acquire()  # not `with`: this is the hot path, and half the cost
         try:
@@ -175,7 +214,7 @@ class Timer:
             if running is not None and running.stack:
                 interval = engine.start(state, child, now, running.stack[-1])
             else:
-                current = engine.switch_to(state, self, child, now)
+                current = engine.switch_to(state, self, child, now, True)
                 interval = engine.start(state, child, now, current)
             interval.held = True
             if hold:
@@ -187,10 +226,13 @@ class Timer:
     def _exit(self, child: Timer, interval: Interval | None, error: BaseException | None) -> None:
         """Leave an entry of section `child`: `interval`, or (None) the thread's latest held one."""
         engine = self._engine
-        try:
-            state: ThreadState = engine.local.state
-        except AttributeError:
-            state = engine.state()
+        if _get_running_loop() is None:
+            try:
+                state: ThreadState = engine.local.state
+            except AttributeError:
+                state = engine.thread_state()
+        else:
+            state = engine.task_state()
         lock = state.lock
         lock.acquire()  # not `with`: this is the hot path, and half the cost
         try:
@@ -201,7 +243,11 @@ class Timer:
             if interval is not None and not engine.closed:
                 stack = interval.state.stack
                 if (stack and stack[-1] is interval) or interval in stack:
-                    engine.end(state, interval, engine.now(), error)
+                    now = engine.now()
+                    engine.end(state, interval, now, error)
+                    parent = interval.parent
+                    if parent is not None and parent.implicit and not parent.children:
+                        engine.end(state, parent, now)  # a step of a never-lapped timer
         finally:
             lock.release()
         if interval is None and not engine.closed:
@@ -217,6 +263,11 @@ class Timer:
             raise TimerError(f"a section name must be a str, got {type(name).__name__} {name!r}")
         if not name:
             raise TimerError("a section name must not be empty")
+        if len(name) > MAX_NAME_LENGTH:
+            raise TimerError(
+                f"section name {name[:40]!r}... is {len(name)} characters long; the limit is "
+                f"{MAX_NAME_LENGTH}"
+            )
         if "." in name:
             raise TimerError(f"section name {name!r} contains '.', which separates path levels")
 
@@ -259,7 +310,17 @@ class Section:
         self._owner._exit(self.timer, None, exc)
 
     def __call__(self, func: Callable[P, R]) -> Callable[P, R]:
-        """Wrap `func` so that every call is one entry of this section."""
+        """Wrap `func` so that every call is one entry of this section.
+
+        For an `async def`, a generator or an async generator function the entry spans the
+        whole call: every await, or the iteration until the generator is exhausted or closed.
+        """
+        if inspect.iscoroutinefunction(func):
+            return cast("Callable[P, R]", self._wrap_coroutine(func))
+        if inspect.isasyncgenfunction(func):
+            return cast("Callable[P, R]", self._wrap_async_generator(func))
+        if inspect.isgeneratorfunction(func):
+            return cast("Callable[P, R]", self._wrap_generator(func))
         owner, timer = self._owner, self.timer
 
         @functools.wraps(func)
@@ -274,5 +335,73 @@ class Section:
             if interval is not None:
                 owner._exit(timer, interval, None)
             return result
+
+        return wrapper
+
+    def _wrap_coroutine(
+        self, func: Callable[P, Coroutine[Any, Any, Any]]
+    ) -> Callable[P, Coroutine[Any, Any, Any]]:
+        owner, timer = self._owner, self.timer
+
+        @functools.wraps(func)
+        async def wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
+            interval = owner._enter(timer, hold=False)
+            try:
+                result = await func(*args, **kwargs)
+            except BaseException as error:
+                if interval is not None:
+                    owner._exit(timer, interval, error)
+                raise
+            if interval is not None:
+                owner._exit(timer, interval, None)
+            return result
+
+        return wrapper
+
+    def _wrap_generator(
+        self, func: Callable[P, Generator[Any, Any, Any]]
+    ) -> Callable[P, Generator[Any, Any, Any]]:
+        owner, timer = self._owner, self.timer
+
+        @functools.wraps(func)
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> Generator[Any, Any, Any]:
+            interval = owner._enter(timer, hold=False)
+            try:
+                result = yield from func(*args, **kwargs)
+            except GeneratorExit:  # closed early by its consumer: not an error
+                if interval is not None:
+                    owner._exit(timer, interval, None)
+                raise
+            except BaseException as error:
+                if interval is not None:
+                    owner._exit(timer, interval, error)
+                raise
+            if interval is not None:
+                owner._exit(timer, interval, None)
+            return result
+
+        return wrapper
+
+    def _wrap_async_generator(
+        self, func: Callable[P, AsyncGenerator[Any, Any]]
+    ) -> Callable[P, AsyncGenerator[Any, Any]]:
+        owner, timer = self._owner, self.timer
+
+        @functools.wraps(func)
+        async def wrapper(*args: P.args, **kwargs: P.kwargs) -> AsyncGenerator[Any, Any]:
+            interval = owner._enter(timer, hold=False)
+            try:
+                async for item in func(*args, **kwargs):
+                    yield item
+            except GeneratorExit:  # closed early by its consumer: not an error
+                if interval is not None:
+                    owner._exit(timer, interval, None)
+                raise
+            except BaseException as error:
+                if interval is not None:
+                    owner._exit(timer, interval, error)
+                raise
+            if interval is not None:
+                owner._exit(timer, interval, None)
 
         return wrapper

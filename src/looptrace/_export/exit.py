@@ -9,9 +9,10 @@ what the handler installed before it would have done:
 - a function of the application: flush, then call it (it may save a checkpoint and exit; the
   final window then goes out through `atexit`).
 
-The work runs on a helper thread for at most the export timeout: a signal can arrive while
-the interrupted training thread holds one of looptrace's locks, so the handler never blocks
-on them itself.
+The work runs on a helper thread, bounded by the export timeout. When the signal interrupted
+the main thread inside looptrace (in `reset()` or a lap), where it may hold a lock the work
+needs, the handler returns at once and lets it finish; the helper then sends the signal
+again, and the handler, with nothing left to flush, does what the previous one would have.
 """
 
 from __future__ import annotations
@@ -41,22 +42,18 @@ def install_exit_flush(
 ) -> None:
     """Shut `lt` down at exit and flush it on SIGTERM, chaining the previous handler.
 
+    `atexit` holds `lt` itself, so the last window is written at exit even when nothing
+    else refers to it (a `Looptrace` made inside `main()`); `shutdown()` lets go of it.
     `flush` delivers what is pending (exporters, span files) without closing the window;
     the SIGTERM work is bounded by `timeout_s`.
     """
-    ref = weakref.ref(lt)
-
-    def at_exit() -> None:
-        target = ref()
-        if target is not None:
-            target.shutdown()
-
-    atexit.register(at_exit)
+    atexit.register(lt.shutdown)
     if threading.current_thread() is not threading.main_thread():
         return  # signal handlers can only be set from the main thread
     try:
         previous: Handler = signal.getsignal(signal.SIGTERM)
-        signal.signal(signal.SIGTERM, _handler(ref, flush, timeout_s, incidents, previous))
+        handler = _handler(weakref.ref(lt), flush, timeout_s, incidents, previous)
+        signal.signal(signal.SIGTERM, handler)
     except (ValueError, OSError):  # not the main interpreter, or no SIGTERM here
         return
 
@@ -70,12 +67,30 @@ def _handler(
 ) -> Callable[[int, FrameType | None], None]:
     # Behind another looptrace's handler, the end of the chain decides: the default kills.
     default = previous in (signal.SIG_DFL, None) or getattr(previous, _TERMINAL, False)
+    flushing: list[threading.Event] = []  # the flush under way, until its signal comes back
 
     def on_sigterm(signum: int, frame: FrameType | None) -> None:
         target = ref()
-        if target is not None:
+        if target is not None and not flushing:
             work: Callable[[], object] = target.shutdown if default else flush
-            bounded(work, timeout_s, incidents, "SIGTERM flush")
+            if not _inside_looptrace(frame):
+                bounded(work, timeout_s, incidents, "SIGTERM flush")
+                target = None
+        if target is not None and not flushing:
+            done = threading.Event()
+            flushing.append(done)
+
+            def run() -> None:
+                bounded(work, timeout_s, incidents, "SIGTERM flush")
+                done.set()
+                os.kill(os.getpid(), signum)  # back to the main thread, to finish there
+
+            threading.Thread(target=run, name="looptrace-sigterm", daemon=True).start()
+            return
+        if flushing:
+            if not flushing[0].is_set():
+                return  # SIGTERM again while flushing: the flush's own signal finishes
+            flushing.clear()
         if callable(previous):
             previous(signum, frame)
         elif default:
@@ -85,3 +100,15 @@ def _handler(
 
     setattr(on_sigterm, _TERMINAL, default)
     return on_sigterm
+
+
+_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _inside_looptrace(frame: FrameType | None) -> bool:
+    """Whether the interrupted thread is inside looptrace, where it may hold a lock."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith(_PACKAGE):
+            return True
+        frame = frame.f_back
+    return False

@@ -15,6 +15,7 @@ import math
 import os
 import socket
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -93,6 +94,15 @@ class LineFile:
         except OSError as error:
             self.remove()
             raise ConfigError(f"{setting}: cannot write to {path}: {error.strerror}") from None
+        if hasattr(os, "register_at_fork"):  # an exporter thread may hold the lock at fork
+            ref = weakref.ref(self)
+
+            def renew_lock() -> None:
+                target = ref()
+                if target is not None:
+                    target._lock = threading.Lock()
+
+            os.register_at_fork(after_in_child=renew_lock)
 
     def write(self, line: bytes) -> None:
         """Append `line` (complete lines) whole, or raise `OSError` leaving the file as it was."""

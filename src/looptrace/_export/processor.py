@@ -79,6 +79,12 @@ class AggregatingSpanProcessor(SpanProcessor):
         for batch in batches:
             self._aggregator.merge(*batch)
 
+    def after_fork_in_child(self) -> None:
+        """Start empty with a fresh lock: another thread may have held it at fork."""
+        self._lock = threading.Lock()
+        self._child_ns = {}
+        self._pending = {}
+
     def shutdown(self) -> None:
         """Stop aggregating; the aggregator belongs to looptrace and outlives the provider."""
         self.enabled = False

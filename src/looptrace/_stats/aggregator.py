@@ -21,7 +21,18 @@ FOLD_AT = 4096  # durations a producer holds before it merges them, bounding mem
 class _PathAggregate:
     """Statistics of one path, kept as exact integer sums of nanoseconds."""
 
-    __slots__ = ("buckets", "count", "errors", "max", "min", "self_ns", "sketch", "sum", "sumsq")
+    __slots__ = (
+        "buckets",
+        "carry_ns",
+        "count",
+        "errors",
+        "max",
+        "min",
+        "self_ns",
+        "sketch",
+        "sum",
+        "sumsq",
+    )
 
     def __init__(self) -> None:
         self.count = 0
@@ -31,6 +42,7 @@ class _PathAggregate:
         self.max = -math.inf
         self.self_ns = 0
         self.errors = 0
+        self.carry_ns = 0  # window time of intervals cut by a reset, not in `sum`
         self.sketch = QuantileSketch()
         self.buckets = [0] * (len(BOUNDARIES_NS) + 1)
 
@@ -55,6 +67,23 @@ class _PathAggregate:
 
     def stats(self) -> SectionStats:
         n = self.count
+        total = (self.sum + self.carry_ns) / 1e9
+        if n == 0:  # only the part of an interval that ends in a later window
+            nan = math.nan
+            return SectionStats(
+                count=0,
+                total=total,
+                mean=nan,
+                min=nan,
+                max=nan,
+                std=nan,
+                p50=nan,
+                p90=nan,
+                p99=nan,
+                self_time=self.self_ns / 1e9,
+                errors=self.errors,
+                buckets=tuple(self.buckets),
+            )
 
         def quantile(q: float) -> float:
             return min(max(self.sketch.quantile(q), self.min), self.max) / 1e9
@@ -62,7 +91,7 @@ class _PathAggregate:
         variance = (n * self.sumsq - self.sum * self.sum) / (n * n)  # exact integers
         return SectionStats(
             count=n,
-            total=self.sum / 1e9,
+            total=total,
             mean=self.sum / n / 1e9,
             min=self.min / 1e9,
             max=self.max / 1e9,
@@ -93,18 +122,32 @@ class Aggregator:
         self.lock = threading.Lock()
         self._paths: dict[str, _PathAggregate] = {}
         self._known: set[str] = set()
+        self._known_lock = threading.Lock()  # not `lock`: timers are made under it too
+        self._warned = False
 
-    def merge(self, path: str, durations: list[int], self_ns: int, errors: int) -> None:
-        """Add one producer's batch for `path`; the caller holds `lock`."""
-        if not durations:
+    def merge(
+        self, path: str, durations: list[int], self_ns: int, errors: int, carry_ns: int = 0
+    ) -> None:
+        """Add one producer's batch for `path`; the caller holds `lock`.
+
+        `carry_ns` is window time not in `durations` (see `NodeState.carry_ns`).
+        """
+        if not durations and not carry_ns and not self_ns:
             return
         durations.sort()
         agg = self._paths.get(path)
         if agg is None:
-            path = self._admit(path, len(durations))
+            path = self._admit(path)
             agg = self._paths.get(path)
             if agg is None:
                 agg = self._paths[path] = _PathAggregate()
+        if path == OTHER_PATH:
+            self.overflowed += len(durations)
+        agg.carry_ns += carry_ns
+        if not durations:
+            agg.self_ns += self_ns
+            agg.errors += errors
+            return
         agg.add_sorted(durations, self_ns, errors)
 
     def snapshot(
@@ -118,15 +161,25 @@ class Aggregator:
     def after_fork_in_child(self) -> None:
         """Start empty with a fresh lock: a forked child counts only its own sections."""
         self.lock = threading.Lock()
+        self._known_lock = threading.Lock()
         self._paths = {}
 
-    def _admit(self, path: str, count: int) -> str:
-        if path in self._known:
+    def admit(self, path: str) -> str:
+        """Return `path` if it is or can be kept apart, else `"other"`.
+
+        Timers ask when they are made, so a name past the cap creates no state of its own.
+        """
+        return self._admit(path)
+
+    def _admit(self, path: str) -> str:
+        if path in self._known and path != OTHER_PATH:
             return path
-        if len(self._known) < self.max_paths:
-            self._known.add(path)
-            return path
-        if not self.overflowed:
+        with self._known_lock:
+            if len(self._known) < self.max_paths and path != OTHER_PATH:
+                self._known.add(path)
+                return path
+        if not self._warned:
+            self._warned = True
             _log.warning(
                 "looptrace: more than %d distinct section paths; %r and later new paths are "
                 "counted under %r",
@@ -134,5 +187,4 @@ class Aggregator:
                 path,
                 OTHER_PATH,
             )
-        self.overflowed += count
         return OTHER_PATH
