@@ -308,7 +308,8 @@ def _other_processors(
         return lambda: True  # an SDK of unknown shape: assume someone reads
 
     def others() -> bool:
-        return any(p is not mine for p in multi._span_processors)
+        found = multi._span_processors  # a tuple, replaced whenever one is added
+        return len(found) > 1 or (len(found) == 1 and found[0] is not mine)
 
     return others
 
