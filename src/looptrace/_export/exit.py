@@ -102,7 +102,8 @@ def _handler(
     return on_sigterm
 
 
-_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+# the looptrace package: this module lives one layer below its root
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
 def _inside_looptrace(frame: FrameType | None) -> bool:

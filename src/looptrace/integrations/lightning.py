@@ -152,6 +152,8 @@ class LooptraceProfiler(Profiler):
             elif kind is _Kind.OUTSIDE:
                 self._end_batch()
             inside = bool(self._in_batch) or self.batches.running
+            if not inside and not self.fit.running:
+                self.fit.record()  # started by hand: one interval to the stage's end
             frames = self._in_batch if inside else self._outside
             parent = frames[-1].section.timer if frames else (self.batches if inside else self.fit)
             section = self._sections.get((parent, action_name))
