@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -148,3 +151,21 @@ def test_replay_defaults_are_the_tables() -> None:
         setting("OTEL_EXPORTER_OTLP_TIMEOUT").value,
         None,
     )
+
+
+def test_service_name_default_is_the_tables() -> None:
+    """With neither argument nor variable, `configure()` names the service as the table says."""
+    code = (
+        "from opentelemetry import trace; import looptrace; looptrace.configure(); "
+        "print(trace.get_tracer_provider().resource.attributes['service.name'])"
+    )
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=environ,
+        timeout=60,
+    )
+    assert result.stdout.strip() == str_value("OTEL_SERVICE_NAME")

@@ -33,6 +33,7 @@ class Setting:
     choices: tuple[str, ...] = ()
     option: str | None = None
     option_help: str = ""
+    merges: bool = False  # the argument or option is merged over the variable, not instead
 
     @property
     def shown_meaning(self) -> str:
@@ -101,6 +102,7 @@ SETTINGS: tuple[Setting, ...] = (
         "(a dict or such a string) is merged over it",
         default="none",
         per_signal=True,
+        merges=True,
         option="--header",
         option_help="a request header, repeatable, its value URL-encoded as in "
         "OTEL_EXPORTER_OTLP_HEADERS (which it is added to)",
@@ -261,7 +263,7 @@ def signal_variable(name: str, signal: str) -> str:
 def option_help(name: str, signal: str = "traces") -> str:
     """Return the CLI help of a setting: what it sets, then where its default comes from."""
     entry = _BY_NAME[name]
-    if entry.name == "OTEL_EXPORTER_OTLP_HEADERS":
+    if entry.merges:
         return entry.option_help
     variables = [signal_variable(entry.name, signal)] if entry.name.endswith("ENDPOINT") else []
     variables.append(entry.name)
