@@ -14,7 +14,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 from urllib.parse import SplitResult, unquote, urlsplit
 
-from looptrace._export.environment import signal_variable
+from looptrace._export.settings_table import (
+    DEFAULT_ENDPOINTS,
+    float_value,
+    high,
+    setting,
+    signal_variable,
+    str_value,
+)
 from looptrace._stats.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -23,11 +30,13 @@ if TYPE_CHECKING:
 Signal = Literal["traces", "metrics"]
 Protocol = Literal["grpc", "http/protobuf"]
 
-DEFAULT_TIMEOUT_S = 10.0
-MAX_TIMEOUT_S = 3600.0  # also bounds shutdown(); a larger value is a unit mistake (ms?)
+DEFAULT_TIMEOUT_S = float_value("OTEL_EXPORTER_OTLP_TIMEOUT")
+MAX_TIMEOUT_S = float(high("OTEL_EXPORTER_OTLP_TIMEOUT"))
+_DEFAULT_PROTOCOL = str_value("OTEL_EXPORTER_OTLP_PROTOCOL")
+_DEFAULT_COMPRESSION = str_value("OTEL_EXPORTER_OTLP_COMPRESSION")
+_COMPRESSIONS = setting("OTEL_EXPORTER_OTLP_COMPRESSION").choices
 _BLANK = " \t"  # what may surround an item; a line break inside one is an error
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_.")
-_DEFAULT_ENDPOINT = {"grpc": "http://localhost:4317", "http/protobuf": "http://localhost:4318"}
 
 
 @dataclass(frozen=True)
@@ -138,7 +147,7 @@ def _protocol(signal: Signal, options: ExportOptions, env: Mapping[str, str]) ->
         "OTEL_EXPORTER_OTLP_PROTOCOL", options.otlp_protocol, "otlp_protocol", signal, env
     )
     raw = options.otlp_protocol if options.otlp_protocol is not None else value
-    text = (raw or "http/protobuf").strip().lower()
+    text = (raw or _DEFAULT_PROTOCOL).strip().lower()
     if text == "grpc":
         return "grpc"
     if text == "http/protobuf":
@@ -164,7 +173,7 @@ def _endpoint(
                 True,
             )
         else:
-            raw, source, base = _DEFAULT_ENDPOINT[protocol], "the default endpoint", True
+            raw, source, base = DEFAULT_ENDPOINTS[protocol], "the default endpoint", True
     if not isinstance(raw, str):
         raise ConfigError(f"{source}: expected a URL string, got {type(raw).__name__}")
     text = raw.strip()
@@ -276,8 +285,12 @@ def _compression(
         "OTEL_EXPORTER_OTLP_COMPRESSION", options.otlp_compression, "otlp_compression", signal, env
     )
     raw = options.otlp_compression if options.otlp_compression is not None else value
-    text = (raw or "none").strip().lower() if isinstance(raw, (str, type(None))) else None
-    allowed = ("gzip", "none") if protocol == "grpc" else ("gzip", "deflate", "none")
+    text = (
+        (raw or _DEFAULT_COMPRESSION).strip().lower()
+        if isinstance(raw, (str, type(None)))
+        else None
+    )
+    allowed = tuple(c for c in _COMPRESSIONS if protocol != "grpc" or c != "deflate")
     if text not in allowed:
         raise ConfigError(
             f"{source}: unknown compression {raw!r} for {protocol}; use {', '.join(allowed)}"

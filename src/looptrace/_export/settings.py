@@ -11,14 +11,21 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from looptrace._export.environment import signal_variable
 from looptrace._export.otlp_settings import DEFAULT_TIMEOUT_S, OtlpSettings, Signal, otlp_settings
+from looptrace._export.settings_table import (
+    int_bounds,
+    int_value,
+    setting,
+    signal_variable,
+    str_value,
+)
 from looptrace._stats.errors import ConfigError
 
-_TRACE_EXPORTERS = frozenset({"otlp", "console", "none"})
-_METRIC_EXPORTERS = frozenset({"otlp", "prometheus", "none"})
-_DEFAULT_PROMETHEUS_HOST = "127.0.0.1"
-_DEFAULT_PROMETHEUS_PORT = 9464
+_TRACE_EXPORTERS = frozenset(setting("OTEL_TRACES_EXPORTER").choices)
+_METRIC_EXPORTERS = frozenset(setting("OTEL_METRICS_EXPORTER").choices)
+_DEFAULT_PROMETHEUS_HOST = str_value("OTEL_EXPORTER_PROMETHEUS_HOST")
+_DEFAULT_PROMETHEUS_PORT = int_value("OTEL_EXPORTER_PROMETHEUS_PORT")
+_PORT_LOW, _PORT_HIGH = int_bounds("OTEL_EXPORTER_PROMETHEUS_PORT")
 
 
 @dataclass(frozen=True)
@@ -52,12 +59,10 @@ class PrometheusSettings:
 class BatchSettings:
     """The `BatchSpanProcessor` parameters (`OTEL_BSP_*`)."""
 
-    schedule_delay_ms: int = 5000
-    export_timeout_ms: int = 30000
-    # Room for ~1500 fully traced steps of 20 sections while the collector lags (about 3 KB
-    # per queued span): the SDK's 2048 dropped 42 % of such a loop.
-    max_queue_size: int = 32768
-    max_export_batch_size: int = 512
+    schedule_delay_ms: int = int_value("OTEL_BSP_SCHEDULE_DELAY")
+    export_timeout_ms: int = int_value("OTEL_BSP_EXPORT_TIMEOUT")
+    max_queue_size: int = int_value("OTEL_BSP_MAX_QUEUE_SIZE")
+    max_export_batch_size: int = int_value("OTEL_BSP_MAX_EXPORT_BATCH_SIZE")
 
 
 @dataclass(frozen=True)
@@ -176,28 +181,21 @@ def _prometheus(
             f"prometheus: expected 'host:port', a port or a bool, got {type(explicit).__name__}"
         )
     shown = explicit if source == "prometheus" else port_text
-    if not port_text.isascii() or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
-        raise ConfigError(f"{source}: expected host:port with a port 0-65535, got {shown!r}")
+    if not (port_text.isascii() and port_text.isdigit()) or not (
+        _PORT_LOW <= int(port_text) <= _PORT_HIGH
+    ):
+        raise ConfigError(
+            f"{source}: expected host:port with a port {_PORT_LOW}-{_PORT_HIGH}, got {shown!r}"
+        )
     if not host or not host.isascii() or not host.isprintable() or " " in host:
         raise ConfigError(f"{source}: expected host:port with a host name or address, got {host!r}")
     port = int(port_text)
-    if port and port + local_rank > 65535:
+    if port and port + local_rank > _PORT_HIGH:
         raise ConfigError(
-            f"{source}: port {port} plus the local rank {local_rank} is above 65535; "
+            f"{source}: port {port} plus the local rank {local_rank} is above {_PORT_HIGH}; "
             "choose a lower port"
         )
     return PrometheusSettings(host=host, port=port + local_rank if port else 0, source=source)
-
-
-# Bounds of the `OTEL_BSP_*` values: beyond them the SDK's batch thread dies (a wait longer
-# than the platform's timeout) or a queue could hold more spans than memory.
-_HOUR_MS = 3_600_000
-BATCH_LIMITS = {
-    "OTEL_BSP_SCHEDULE_DELAY": _HOUR_MS,
-    "OTEL_BSP_EXPORT_TIMEOUT": _HOUR_MS,
-    "OTEL_BSP_MAX_QUEUE_SIZE": 1_000_000,
-    "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": 1_000_000,
-}
 
 
 def _batch(env: Mapping[str, str]) -> BatchSettings:
@@ -213,10 +211,10 @@ def _batch(env: Mapping[str, str]) -> BatchSettings:
         if not text:
             values[attr] = getattr(defaults, attr)
             continue
-        limit = BATCH_LIMITS[variable]
-        if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= limit:
+        low, limit = int_bounds(variable)
+        if not (text.isascii() and text.isdigit()) or not low <= int(text) <= limit:
             raise ConfigError(
-                f"{variable}: expected a whole number from 1 to {limit}, got {text[:40]!r}"
+                f"{variable}: expected a whole number from {low} to {limit}, got {text[:40]!r}"
             )
         values[attr] = int(text)
     if values["max_export_batch_size"] > values["max_queue_size"]:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from looptrace._export.settings_table import option_help, setting, signal_variable
 from looptrace._offline.reader import (
     SPANS,
     InputError,
@@ -22,6 +23,10 @@ from looptrace._offline.reader import (
 )
 
 Subparsers = Any  # argparse's _SubParsersAction is private
+_ENDPOINT = "OTEL_EXPORTER_OTLP_ENDPOINT"
+_PROTOCOL = "OTEL_EXPORTER_OTLP_PROTOCOL"
+_HEADERS = "OTEL_EXPORTER_OTLP_HEADERS"
+_TIMEOUT = "OTEL_EXPORTER_OTLP_TIMEOUT"
 
 
 def add_commands(commands: Subparsers) -> None:
@@ -53,29 +58,10 @@ def add_commands(commands: Subparsers) -> None:
         "--header x-mlflow-experiment-id=3",
         run_replay,
     )
-    replay.add_argument(
-        "--endpoint",
-        help="collector URL; for http/protobuf, /v1/traces is added when it has no path "
-        "(default: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, then OTEL_EXPORTER_OTLP_ENDPOINT)",
-    )
-    replay.add_argument(
-        "--protocol",
-        choices=("grpc", "http/protobuf"),
-        help="OTLP transport (default: OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf)",
-    )
-    replay.add_argument(
-        "--header",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a request header, repeatable, its value URL-encoded as in "
-        "OTEL_EXPORTER_OTLP_HEADERS (which it is added to)",
-    )
-    replay.add_argument(
-        "--timeout",
-        type=float,
-        help="seconds per request (default: OTEL_EXPORTER_OTLP_TIMEOUT, else 10)",
-    )
+    _add_setting(replay, _ENDPOINT)
+    _add_setting(replay, _PROTOCOL, choices=setting(_PROTOCOL).choices)
+    _add_setting(replay, _HEADERS, action="append", default=[], metavar="KEY=VALUE")
+    _add_setting(replay, _TIMEOUT, type=float)
 
     plot = _command(
         commands,
@@ -90,6 +76,13 @@ def add_commands(commands: Subparsers) -> None:
         "--size", type=_size, default=(1200, 900), help="WIDTHxHEIGHT in pixels (1200x900)"
     )
     _add_filters(plot)
+
+
+def _add_setting(parser: argparse.ArgumentParser, name: str, **kwargs: Any) -> None:
+    """Add the option of a setting of the table, with the table's help."""
+    option = setting(name).option
+    assert option is not None, name
+    parser.add_argument(option, help=option_help(name), **kwargs)
 
 
 def _command(
@@ -233,10 +226,10 @@ def run_replay(args: argparse.Namespace) -> int:
     warn = warner("replay")
     if not (
         args.endpoint
-        or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip()
-        or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip()
+        or os.environ.get(signal_variable(_ENDPOINT, "traces"), "").strip()
+        or os.environ.get(_ENDPOINT, "").strip()
     ):
-        raise InputError("no --endpoint given and OTEL_EXPORTER_OTLP_ENDPOINT is not set")
+        raise InputError(f"no --endpoint given and {_ENDPOINT} is not set")
     try:
         from looptrace._offline import replay as _replay  # noqa: PLC0415
     except ImportError:

@@ -28,6 +28,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from looptrace._export.otlp_json import ExportTraceServiceRequest
 from looptrace._export.otlp_settings import OtlpSettings, otlp_settings, parse_headers
 from looptrace._export.settings import ExportOptions
+from looptrace._export.settings_table import SETTINGS, signal_variable
 from looptrace._offline.reader import JsonLinesFile, Warn, reading
 from looptrace._offline.span_records import iter_requests, span_count
 from looptrace._stats.errors import ConfigError
@@ -98,12 +99,7 @@ def replay_settings(
 
     """
     env = dict(os.environ if environ is None else environ)
-    names = {
-        "otlp_endpoint": "--endpoint",
-        "otlp_protocol": "--protocol",
-        "otlp_headers": "--header",
-        "otlp_timeout": "--timeout",
-    }
+    names = {s.argument: s.option for s in SETTINGS if s.argument and s.option}
     if endpoint is not None and _has_path(endpoint):
         env[_TRACES_ENDPOINT] = endpoint
         names[_TRACES_ENDPOINT] = "--endpoint"
@@ -124,7 +120,7 @@ def replay_settings(
         raise ConfigError(f"{names.get(source, source)}{sep}{rest}") from None
 
 
-_TRACES_ENDPOINT = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+_TRACES_ENDPOINT = signal_variable("OTEL_EXPORTER_OTLP_ENDPOINT", "traces")
 
 
 def _has_path(endpoint: str) -> bool:

@@ -1,0 +1,286 @@
+"""Every exporter setting in one table: variable, `configure()` argument, CLI option, default.
+
+The resolvers (`settings`, `otlp_settings`) take their defaults, bounds and choices from it,
+`looptrace replay` its options' names and help, and the README's settings table is rendered
+from it (`readme_rows()`; a test keeps the two equal and prints the rows). The OTLP
+variables also exist per signal, with `TRACES_` or `METRICS_` after `OTEL_EXPORTER_OTLP_`;
+the per-signal variable wins over the general one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+_HOUR_MS = 3_600_000
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """One setting: its variable, the argument and option that override it, what it sets.
+
+    `meaning` may name `{low}` and `{high}`, the bounds; `default` is the documented default
+    when it is not simply `value`.
+    """
+
+    name: str
+    argument: str | None
+    meaning: str
+    value: str | int | float | None = None
+    default: str = ""
+    per_signal: bool = False
+    low: int | float | None = None
+    high: int | float | None = None
+    choices: tuple[str, ...] = ()
+    option: str | None = None
+    option_help: str = ""
+    merges: bool = False  # the argument or option is merged over the variable, not instead
+
+    @property
+    def shown_meaning(self) -> str:
+        """The meaning with its bounds filled in."""
+        return self.meaning.format(low=_show(self.low), high=_show(self.high))
+
+    @property
+    def shown_default(self) -> str:
+        """The default as the README shows it."""
+        return self.default or f"`{_show(self.value)}`"
+
+
+def _show(value: object) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+DEFAULT_ENDPOINTS = {"http/protobuf": "http://localhost:4318", "grpc": "http://localhost:4317"}
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "OTEL_SDK_DISABLED",
+        None,
+        "`true`: no spans and no exporters at all; statistics still work",
+        "false",
+    ),
+    Setting("OTEL_SERVICE_NAME", "service_name", "`service.name` of the Resource", "looptrace"),
+    Setting(
+        "OTEL_TRACES_EXPORTER",
+        "traces_exporter",
+        "`otlp`, `console` or `none` (comma-separated)",
+        default="`otlp` when an OTLP endpoint is set, else `none`",
+        choices=("otlp", "console", "none"),
+    ),
+    Setting(
+        "OTEL_METRICS_EXPORTER",
+        "metrics_exporter",
+        "`otlp`, `prometheus` or `none` (comma-separated)",
+        default="`otlp` when an OTLP endpoint is set, else `none`",
+        choices=("otlp", "prometheus", "none"),
+    ),
+    Setting(
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "otlp_endpoint",
+        "collector URL; over HTTP `/v1/traces` and `/v1/metrics` are appended, while a "
+        "per-signal variable is used as given",
+        default=f"`{DEFAULT_ENDPOINTS['http/protobuf']}` (HTTP), "
+        f"`{DEFAULT_ENDPOINTS['grpc']}` (gRPC)",
+        per_signal=True,
+        option="--endpoint",
+        option_help="collector URL; for http/protobuf, /v1/traces is added when it has no path",
+    ),
+    Setting(
+        "OTEL_EXPORTER_OTLP_PROTOCOL",
+        "otlp_protocol",
+        "`http/protobuf` or `grpc`",
+        "http/protobuf",
+        per_signal=True,
+        choices=("grpc", "http/protobuf"),
+        option="--protocol",
+        option_help="OTLP transport",
+    ),
+    Setting(
+        "OTEL_EXPORTER_OTLP_HEADERS",
+        "otlp_headers",
+        "`key=value,key2=value2` (values URL-encoded) sent with every export; the argument "
+        "(a dict or such a string) is merged over it",
+        default="none",
+        per_signal=True,
+        merges=True,
+        option="--header",
+        option_help="a request header, repeatable, its value URL-encoded as in "
+        "OTEL_EXPORTER_OTLP_HEADERS (which it is added to)",
+    ),
+    Setting(
+        "OTEL_EXPORTER_OTLP_CERTIFICATE",
+        "otlp_certificate",
+        "PEM file of the CA that signed the collector's certificate",
+        default="the system's CAs",
+        per_signal=True,
+    ),
+    Setting(
+        "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE",
+        "otlp_client_certificate",
+        "PEM client certificate for mutual TLS",
+        default="none",
+        per_signal=True,
+    ),
+    Setting(
+        "OTEL_EXPORTER_OTLP_CLIENT_KEY",
+        "otlp_client_key",
+        "PEM private key of the client certificate",
+        default="none",
+        per_signal=True,
+    ),
+    Setting(
+        "OTEL_EXPORTER_OTLP_INSECURE",
+        "otlp_insecure",
+        "gRPC only: `true` for plaintext, `false` for TLS",
+        default="from the scheme: `http://` plaintext, `https://` or none TLS",
+        per_signal=True,
+    ),
+    Setting(
+        "OTEL_EXPORTER_OTLP_TIMEOUT",
+        "otlp_timeout",
+        "time one export may take, retries included, in seconds as the Python exporters read "
+        "it (the specification says milliseconds), at most {high}; also bounds `shutdown()`",
+        10.0,
+        per_signal=True,
+        high=3600.0,  # also bounds shutdown(); a larger value is a unit mistake (ms?)
+        option="--timeout",
+        option_help="seconds per request",
+    ),
+    Setting(
+        "OTEL_EXPORTER_OTLP_COMPRESSION",
+        "otlp_compression",
+        "`gzip`, `none`, or `deflate` (HTTP only)",
+        "none",
+        per_signal=True,
+        choices=("gzip", "deflate", "none"),
+    ),
+    Setting(
+        "OTEL_EXPORTER_PROMETHEUS_HOST",
+        "prometheus",
+        "address the Prometheus endpoint binds",
+        "127.0.0.1",
+    ),
+    Setting(
+        "OTEL_EXPORTER_PROMETHEUS_PORT",
+        "prometheus",
+        "port of the Prometheus endpoint; each process adds its local rank",
+        9464,
+        low=0,
+        high=65535,
+    ),
+    # Bounds of the `OTEL_BSP_*` values: beyond them the SDK's batch thread dies (a wait longer
+    # than the platform's timeout) or a queue could hold more spans than memory.
+    Setting(
+        "OTEL_BSP_SCHEDULE_DELAY",
+        None,
+        "milliseconds between two span exports ({low} to {high})",
+        5000,
+        low=1,
+        high=_HOUR_MS,
+    ),
+    Setting(
+        "OTEL_BSP_EXPORT_TIMEOUT",
+        None,
+        "passed to the `BatchSpanProcessor` ({low} to {high}); each export is bounded by the "
+        "OTLP timeout",
+        30000,
+        low=1,
+        high=_HOUR_MS,
+    ),
+    # Room for ~1500 fully traced steps of 20 sections while the collector lags (about 3 KB
+    # per queued span): the SDK's 2048 dropped 42 % of such a loop.
+    Setting(
+        "OTEL_BSP_MAX_QUEUE_SIZE",
+        None,
+        "spans waiting for export (about 3 KB each; {low} to {high}); more are dropped and counted",
+        32768,
+        low=1,
+        high=1_000_000,
+    ),
+    Setting(
+        "OTEL_BSP_MAX_EXPORT_BATCH_SIZE",
+        None,
+        "spans per export request (at most the queue size)",
+        512,
+        low=1,
+        high=1_000_000,
+    ),
+)
+
+_BY_NAME = {setting.name: setting for setting in SETTINGS}
+
+
+def setting(name: str) -> Setting:
+    """Return the setting of variable `name` (its general form for the per-signal ones)."""
+    return _BY_NAME[name]
+
+
+def int_value(name: str) -> int:
+    """Return the default of an integer setting."""
+    value = _BY_NAME[name].value
+    if not isinstance(value, int):
+        raise TypeError(f"{name} has no integer default")
+    return value
+
+
+def float_value(name: str) -> float:
+    """Return the default of a number setting."""
+    value = _BY_NAME[name].value
+    if not isinstance(value, (int, float)):
+        raise TypeError(f"{name} has no number default")
+    return float(value)
+
+
+def str_value(name: str) -> str:
+    """Return the default of a text setting."""
+    value = _BY_NAME[name].value
+    if not isinstance(value, str):
+        raise TypeError(f"{name} has no text default")
+    return value
+
+
+def high(name: str) -> int | float:
+    """Return the upper bound of a bounded setting."""
+    bound = _BY_NAME[name].high
+    if bound is None:
+        raise TypeError(f"{name} has no upper bound")
+    return bound
+
+
+def int_bounds(name: str) -> tuple[int, int]:
+    """Return the lowest and highest value of a whole-number setting."""
+    low, top = _BY_NAME[name].low, _BY_NAME[name].high
+    if not isinstance(low, int) or not isinstance(top, int):
+        raise TypeError(f"{name} has no whole-number bounds")
+    return low, top
+
+
+def signal_variable(name: str, signal: str) -> str:
+    """Return the per-signal form of an OTLP variable (`..._OTLP_TRACES_ENDPOINT`)."""
+    return name.replace("OTEL_EXPORTER_OTLP_", f"OTEL_EXPORTER_OTLP_{signal.upper()}_", 1)
+
+
+def option_help(name: str, signal: str = "traces") -> str:
+    """Return the CLI help of a setting: what it sets, then where its default comes from."""
+    entry = _BY_NAME[name]
+    if entry.merges:
+        return entry.option_help
+    variables = [signal_variable(entry.name, signal)] if entry.name.endswith("ENDPOINT") else []
+    variables.append(entry.name)
+    fallback = "" if entry.value is None else f", else {_show(entry.value)}"
+    return f"{entry.option_help} (default: {', then '.join(variables)}{fallback})"
+
+
+def readme_rows() -> list[str]:
+    """Return the README's settings table, header included, one Markdown line per row."""
+    rows = [
+        "| variable | argument of `configure()` | meaning | default |",
+        "| --- | --- | --- | --- |",
+    ]
+    for entry in SETTINGS:
+        name = entry.name
+        if entry.per_signal:
+            name = name.replace("OTEL_EXPORTER_OTLP_", "OTEL_EXPORTER_OTLP_[TRACES_\\|METRICS_]")
+        argument = f"`{entry.argument}`" if entry.argument else "—"
+        rows.append(f"| `{name}` | {argument} | {entry.shown_meaning} | {entry.shown_default} |")
+    return rows

@@ -1,0 +1,171 @@
+"""The settings table: the README, the resolvers and `looptrace replay` all follow it."""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import looptrace
+from looptrace._export.otlp_settings import otlp_settings
+from looptrace._export.settings import (
+    BatchSettings,
+    ExportOptions,
+    PrometheusSettings,
+    resolve,
+)
+from looptrace._export.settings_table import (
+    DEFAULT_ENDPOINTS,
+    SETTINGS,
+    int_value,
+    option_help,
+    readme_rows,
+    setting,
+    str_value,
+)
+from looptrace._offline import replay as _replay
+from looptrace._offline.commands import add_commands
+
+README = Path(__file__).parent.parent / "README.md"
+BATCH = (
+    "OTEL_BSP_SCHEDULE_DELAY",
+    "OTEL_BSP_EXPORT_TIMEOUT",
+    "OTEL_BSP_MAX_QUEUE_SIZE",
+    "OTEL_BSP_MAX_EXPORT_BATCH_SIZE",
+)
+
+
+def readme_table() -> list[str]:
+    """Return the README's settings table: the lines from its header to the first non-row."""
+    lines = README.read_text().splitlines()
+    start = lines.index(readme_rows()[0])
+    end = start
+    while end < len(lines) and lines[end].startswith("|"):
+        end += 1
+    return lines[start:end]
+
+
+def test_readme_table_is_the_rendered_table() -> None:
+    """The README's settings table is exactly the table rendered (paste `readme_rows()`)."""
+    assert readme_table() == readme_rows()
+
+
+def test_every_configure_argument_of_the_table_exists() -> None:
+    """Each argument the table names is an exporter option or a `configure()` parameter."""
+    parameters = set(inspect.signature(looptrace.configure).parameters)
+    assert {s.argument for s in SETTINGS if s.argument} - parameters == set()
+
+
+def test_resolved_defaults_are_the_tables() -> None:
+    """With nothing set, the resolvers use the table's defaults (batch, Prometheus, OTLP)."""
+    settings = resolve(
+        ExportOptions(traces_exporter="otlp", prometheus=True),
+        {},
+        owns_traces=True,
+        owns_metrics=True,
+    )
+    expected_batch = BatchSettings(*(int_value(name) for name in BATCH))
+    assert (settings.batch, settings.prometheus) == (
+        expected_batch,
+        PrometheusSettings(
+            host=str_value("OTEL_EXPORTER_PROMETHEUS_HOST"),
+            port=int_value("OTEL_EXPORTER_PROMETHEUS_PORT"),
+            source="OTEL_EXPORTER_PROMETHEUS_PORT",
+        ),
+    )
+    assert settings.traces is not None
+    assert (
+        settings.traces.protocol,
+        settings.traces.endpoint,
+        settings.traces.timeout_s,
+        settings.traces.compression,
+    ) == (
+        setting("OTEL_EXPORTER_OTLP_PROTOCOL").value,
+        f"{DEFAULT_ENDPOINTS['http/protobuf']}/v1/traces",
+        setting("OTEL_EXPORTER_OTLP_TIMEOUT").value,
+        None,
+    )
+    grpc = otlp_settings("metrics", ExportOptions(otlp_protocol="grpc"), {})
+    assert grpc.endpoint == DEFAULT_ENDPOINTS["grpc"].removeprefix("http://")
+
+
+@pytest.mark.parametrize("name", BATCH)
+def test_batch_bounds_are_the_tables(name: str) -> None:
+    """Each OTEL_BSP_* value is accepted at the table's bounds and refused just past them."""
+    entry = setting(name)
+    assert entry.low is not None and entry.high is not None
+    others = {  # the batch may not exceed the queue
+        "OTEL_BSP_MAX_QUEUE_SIZE": {"OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "1"},
+        "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": {"OTEL_BSP_MAX_QUEUE_SIZE": str(entry.high)},
+    }.get(name, {})
+    for value in (entry.low, entry.high):
+        environ = {"OTEL_TRACES_EXPORTER": "console", **others, name: str(value)}
+        resolved = resolve(ExportOptions(), environ, owns_traces=True, owns_metrics=False)
+        assert value in vars(resolved.batch).values()
+    for value in (entry.low - 1, entry.high + 1):
+        environ = {"OTEL_TRACES_EXPORTER": "console", name: str(value)}
+        with pytest.raises(
+            looptrace.ConfigError,
+            match=f"{name}: expected a whole number from {entry.low} to {entry.high}, ",
+        ):
+            resolve(ExportOptions(), environ, owns_traces=True, owns_metrics=False)
+
+
+def test_timeout_bound_is_the_tables() -> None:
+    """`otlp_timeout` and `--timeout` accept the table's highest value and refuse more."""
+    high = setting("OTEL_EXPORTER_OTLP_TIMEOUT").high
+    assert high is not None
+    endpoint = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:1"}
+    assert _replay.replay_settings(None, None, [], high, endpoint).timeout_s == high
+    with pytest.raises(looptrace.ConfigError, match=f"--timeout: .* <= {high:g} "):
+        _replay.replay_settings(None, None, [], high * 2, endpoint)
+
+
+def test_replay_options_come_from_the_table() -> None:
+    """`looptrace replay` has one option per setting the table gives one, with its help."""
+    commands = argparse.ArgumentParser().add_subparsers()
+    add_commands(commands)
+    replay = commands.choices["replay"]
+    options = {
+        a.option_strings[0]: (a.help, a.choices and tuple(a.choices))
+        for a in replay._actions
+        if a.option_strings and a.option_strings[0] != "-h"
+    }
+    assert options == {
+        s.option: (option_help(s.name), s.choices or None) for s in SETTINGS if s.option
+    }
+
+
+def test_replay_defaults_are_the_tables() -> None:
+    """Given only an endpoint, replay uses the table's protocol and timeout defaults."""
+    replayed = _replay.replay_settings(
+        None, None, [], None, {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:1"}
+    )
+    assert (replayed.protocol, replayed.timeout_s, replayed.compression) == (
+        setting("OTEL_EXPORTER_OTLP_PROTOCOL").value,
+        setting("OTEL_EXPORTER_OTLP_TIMEOUT").value,
+        None,
+    )
+
+
+def test_service_name_default_is_the_tables() -> None:
+    """With neither argument nor variable, `configure()` names the service as the table says."""
+    code = (
+        "from opentelemetry import trace; import looptrace; looptrace.configure(); "
+        "print(trace.get_tracer_provider().resource.attributes['service.name'])"
+    )
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=environ,
+        timeout=60,
+    )
+    assert result.stdout.strip() == str_value("OTEL_SERVICE_NAME")
