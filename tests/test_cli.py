@@ -134,3 +134,33 @@ def test_demo_into_an_unwritable_directory_is_a_one_line_error(
     assert len(err) == 1
     assert err[0].startswith("looptrace demo: error: ")
     assert str(blocker / "sub") in err[0]
+
+
+OFFLINE_PROGRAM = """
+import sys
+from looptrace._cli import main
+
+out = sys.argv[1]
+for argv in (
+    ["summary", f"{out}/snapshots.jsonl"],
+    ["summary", f"{out}/spans.jsonl"],
+    ["perfetto", f"{out}/spans.jsonl", "-o", f"{out}/trace.json"],
+):
+    assert main(argv) == 0, argv
+loaded = sorted(m for m in sys.modules if m.startswith(("opentelemetry.sdk", "pytest")))
+print(loaded, file=sys.stderr)
+"""
+
+
+def test_offline_commands_load_neither_the_sdk_nor_pytest(tmp_path: Path) -> None:
+    """Summary and perfetto read files without importing the OpenTelemetry SDK or pytest."""
+    run_demo(steps=20, seed=1, directory=tmp_path)
+    result = subprocess.run(
+        [sys.executable, "-c", OFFLINE_PROGRAM, str(tmp_path)],
+        capture_output=True,
+        check=False,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stderr.splitlines()[-1] == "[]"

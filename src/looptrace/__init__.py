@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
-from looptrace._configure import configure
-from looptrace._core.clock import Clock, MonotonicClock
-from looptrace._core.sampling import LapSampler
-from looptrace._core.timer import Section, Timer
-from looptrace._distributed.ranks import RankInfo
-from looptrace._export.id_generator import StepIdGenerator
-from looptrace._export.processor import AggregatingSpanProcessor
-from looptrace._looptrace import Looptrace
-from looptrace._stats.errors import ConfigError, TimerError
-from looptrace._stats.health import Health
-from looptrace._stats.snapshot import SectionStats, Snapshot
-from looptrace._stats.spread import RankSpread, SectionSpread
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the names below are imported on first use: the CLI's offline commands
+    # (summary, plot, perfetto) then never load the OpenTelemetry SDK
+    from looptrace._configure import configure
+    from looptrace._core.clock import Clock, MonotonicClock
+    from looptrace._core.sampling import LapSampler
+    from looptrace._core.timer import Section, Timer
+    from looptrace._distributed.ranks import RankInfo
+    from looptrace._export.id_generator import StepIdGenerator
+    from looptrace._export.processor import AggregatingSpanProcessor
+    from looptrace._looptrace import Looptrace
+    from looptrace._stats.errors import ConfigError, TimerError
+    from looptrace._stats.health import Health
+    from looptrace._stats.snapshot import SectionStats, Snapshot
+    from looptrace._stats.spread import RankSpread, SectionSpread
 
 __all__ = [
     "AggregatingSpanProcessor",
@@ -37,10 +42,36 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> str:
-    """Read `__version__` from the package metadata on first access (structlog does the same)."""
+_LAZY = {
+    "AggregatingSpanProcessor": "looptrace._export.processor",
+    "Clock": "looptrace._core.clock",
+    "ConfigError": "looptrace._stats.errors",
+    "Health": "looptrace._stats.health",
+    "LapSampler": "looptrace._core.sampling",
+    "Looptrace": "looptrace._looptrace",
+    "MonotonicClock": "looptrace._core.clock",
+    "RankInfo": "looptrace._distributed.ranks",
+    "RankSpread": "looptrace._stats.spread",
+    "Section": "looptrace._core.timer",
+    "SectionSpread": "looptrace._stats.spread",
+    "SectionStats": "looptrace._stats.snapshot",
+    "Snapshot": "looptrace._stats.snapshot",
+    "StepIdGenerator": "looptrace._export.id_generator",
+    "Timer": "looptrace._core.timer",
+    "TimerError": "looptrace._stats.errors",
+    "configure": "looptrace._configure",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name on first use; read `__version__` from the package metadata."""
     if name == "__version__":
         from looptrace._stats.version import version  # noqa: PLC0415 - read on first access
 
         return version()
-    raise AttributeError(f"module 'looptrace' has no attribute {name!r}")
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'looptrace' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value

@@ -7,7 +7,6 @@ import os
 import sys
 from pathlib import Path
 
-from looptrace._demo import demo_report, run_demo
 from looptrace._offline.commands import add_commands
 from looptrace._offline.reader import InputError
 from looptrace._stats.errors import ConfigError, TimerError
@@ -61,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _build_parser().parse_args(argv)
     try:
         if args.command == "demo":
+            from looptrace._demo import demo_report, run_demo  # noqa: PLC0415 - loads the SDK
+
             result = run_demo(steps=args.steps, seed=args.seed, directory=args.out)
             print(demo_report(result))
             return 0

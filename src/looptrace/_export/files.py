@@ -25,6 +25,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from looptrace._distributed.ranks import RankInfo
 from looptrace._export.outputs import Outputs
+from looptrace._export.records import LOSS_KIND, SNAPSHOT_KIND, SNAPSHOT_VERSION
 from looptrace._export.span_file import SpanFileProcessor
 from looptrace._stats.errors import ConfigError
 from looptrace._stats.health import Incidents
@@ -32,9 +33,6 @@ from looptrace._stats.snapshot import Snapshot
 
 TRACE_FILE_ENV = "LOOPTRACE_TRACE_FILE"
 SNAPSHOT_FILE_ENV = "LOOPTRACE_SNAPSHOT_FILE"
-SNAPSHOT_KIND = "looptrace.snapshot"
-SNAPSHOT_VERSION = 1
-LOSS_KIND = "looptrace.lost"
 
 PathLike = str | os.PathLike[str]
 

@@ -15,12 +15,14 @@ import base64
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan
+
+if TYPE_CHECKING:  # the offline readers import this module without the SDK
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import ReadableSpan
 
 __all__ = ["ExportTraceServiceRequest", "encode_line", "encode_request", "from_json", "to_json"]
 

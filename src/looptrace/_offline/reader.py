@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from looptrace._export.files import LOSS_KIND, SNAPSHOT_KIND
+from looptrace._export.records import LOSS_KIND, SNAPSHOT_KIND
 from looptrace._offline.progress import ByteProgress, Progress
 from looptrace._stats.snapshot import METRIC_STATS, SectionStats
 
