@@ -9,7 +9,7 @@ if TYPE_CHECKING:  # the names below are imported on first use: the CLI's offlin
     # (summary, plot, perfetto) then never load the OpenTelemetry SDK
     from looptrace._configure import configure
     from looptrace._core.clock import Clock, MonotonicClock
-    from looptrace._core.sampling import LapSampler
+    from looptrace._core.device import DeviceClock
     from looptrace._core.timer import Section, Timer
     from looptrace._distributed.ranks import RankInfo
     from looptrace._export.id_generator import StepIdGenerator
@@ -24,8 +24,8 @@ __all__ = [
     "AggregatingSpanProcessor",
     "Clock",
     "ConfigError",
+    "DeviceClock",
     "Health",
-    "LapSampler",
     "Looptrace",
     "MonotonicClock",
     "RankInfo",
@@ -46,8 +46,8 @@ _LAZY = {
     "AggregatingSpanProcessor": "looptrace._export.processor",
     "Clock": "looptrace._core.clock",
     "ConfigError": "looptrace._stats.errors",
+    "DeviceClock": "looptrace._core.device",
     "Health": "looptrace._stats.health",
-    "LapSampler": "looptrace._core.sampling",
     "Looptrace": "looptrace._looptrace",
     "MonotonicClock": "looptrace._core.clock",
     "RankInfo": "looptrace._distributed.ranks",
