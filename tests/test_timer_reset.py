@@ -8,13 +8,17 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from opentelemetry.sdk.trace import TracerProvider
 
+import looptrace
 from looptrace import Snapshot
 from looptrace._cli import main
 from looptrace._offline.summary import ESTIMATE_NOTE
-from looptrace.testing import Capture, capture
+from looptrace.testing import Capture, FakeClock, capture
 
 from .conftest import Worker, counts, totals
+from .otlp_server import free_port
+from .test_prometheus import le_of, openmetrics_scrape
 
 
 def _within(path: str, subtree: str) -> bool:
@@ -219,3 +223,29 @@ def test_snapshot_file_names_the_subtree_and_summary_reads_it(
         "",
         ESTIMATE_NOTE,
     ]
+
+
+def test_subtree_reset_leaves_other_timers_exemplars_for_their_window() -> None:
+    """A span of inference that ended before training.reset() is inference's exemplar later."""
+    port = free_port()
+    clock = FakeClock()
+    lt = looptrace.configure(tracer_provider=TracerProvider(), clock=clock, prometheus=port)
+    train, infer = lt.timer("training"), lt.timer("inference")
+    infer.record("predict")
+    clock.advance(0.002)
+    infer.stop()
+    train.record()
+    clock.advance(0.001)
+    train.reset()
+    infer.reset()
+    samples = openmetrics_scrape(port)
+    lt.shutdown()
+    exemplars = {
+        (s.labels["looptrace_path"], s.labels["le"])
+        for s in samples
+        if s.name == "looptrace_section_duration_seconds_bucket" and s.exemplar is not None
+    }
+    assert exemplars == {
+        ("root.inference", le_of(2_000_000)),
+        ("root.inference.predict", le_of(2_000_000)),
+    }
