@@ -8,6 +8,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 
 import looptrace
@@ -18,6 +19,7 @@ from looptrace.testing import Capture, FakeClock, capture
 
 from .conftest import Worker, counts, totals
 from .otlp_server import free_port
+from .test_metrics import _configured, _histogram, _points
 from .test_prometheus import le_of, openmetrics_scrape
 
 
@@ -248,4 +250,46 @@ def test_subtree_reset_leaves_other_timers_exemplars_for_their_window() -> None:
     assert exemplars == {
         ("root.inference", le_of(2_000_000)),
         ("root.inference.predict", le_of(2_000_000)),
+    }
+
+
+def test_metrics_flush_adds_each_subtree_window_to_its_paths() -> None:
+    """The histogram metric of every path is the sum of its subtree's windows, none twice."""
+    reader = InMemoryMetricReader()
+    lt, clock = _configured(reader)
+    train, infer = lt.timer("training"), lt.timer("inference")
+    windows: list[Snapshot] = []
+    for step in range(12):
+        train.record("forward")
+        clock.advance(0.001 * (1 + step % 4))
+        infer.record("predict")
+        clock.advance(0.0005)
+        train.record()
+        if step % 2:
+            windows.append(train.reset())
+        if step % 5 == 4:
+            windows.append(infer.reset())
+    train.stop()
+    infer.stop()
+    windows.append(lt.reset())
+    points = _points(reader.get_metrics_data())
+    lt.shutdown()
+    expected = {}
+    for path in {p for w in windows for p in w}:
+        stats = [w[path] for w in windows if path in w]
+        ended = [s for s in stats if s.count]  # min and max are NaN where none ended
+        expected[path] = {
+            "bounds": Snapshot.boundaries,
+            "buckets": tuple(map(sum, zip(*(s.buckets for s in stats), strict=True))),
+            "count": sum(s.count for s in stats),
+            "sum": round(sum(s.total for s in stats), 9),
+            "min": round(min(s.min for s in ended), 9),
+            "max": round(max(s.max for s in ended), 9),
+        }
+    assert {path: _histogram(p) for path, p in points.items()} == expected
+    assert {path: p.count for path, p in points.items()} == {
+        "root.training": 13,
+        "root.training.forward": 12,
+        "root.inference": 1,
+        "root.inference.predict": 12,
     }
