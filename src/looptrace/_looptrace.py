@@ -42,8 +42,10 @@ class Looptrace:
         self._outputs = outputs
         self._processor = processor
         self._window_start = engine.now()
+        self._subtree_starts: dict[str, int] = {}  # timer path -> its last own reset
         self._shutdown_lock = threading.Lock()
         self.root = Timer(engine, "root", None)
+        engine.reset_timer = self._reset_timer
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=_after_fork_hook(self))
 
@@ -62,7 +64,8 @@ class Looptrace:
         """Close the window at one instant and return its statistics per path.
 
         Running sections contribute their part before the cut and keep running into the next
-        window. The histogram metric is flushed to the configured exporters.
+        window. The histogram metric is flushed to the configured exporters. Every timer's
+        window closes, each since that timer's own last reset (see `Timer.reset`).
 
         With `across_ranks=True` and an initialised `torch.distributed` process group the
         snapshot also carries `across_ranks`: per path of any rank, the min / max / mean over
@@ -72,17 +75,38 @@ class Looptrace:
         """
         return self._close_window(across_ranks=across_ranks, final=False)
 
-    def _close_window(self, *, across_ranks: bool, final: bool) -> Snapshot:
+    def _reset_timer(self, timer: Timer, across_ranks: bool) -> Snapshot:
+        subtree = None if timer is self.root else timer.path
+        return self._close_window(across_ranks=across_ranks, final=False, subtree=subtree)
+
+    def _window_since(self, subtree: str | None, now: int) -> int:
+        """Return when the window of `subtree` (None: every timer) began; it begins anew now."""
+        if subtree is None:
+            start, self._window_start = self._window_start, now
+            self._subtree_starts.clear()
+            return start
+        start = self._window_start
+        for path, at in self._subtree_starts.items():
+            if subtree == path or subtree.startswith(f"{path}."):
+                start = max(start, at)
+        self._subtree_starts[subtree] = now
+        return start
+
+    def _close_window(
+        self, *, across_ranks: bool, final: bool, subtree: str | None = None
+    ) -> Snapshot:
         engine = self._engine
         aggregator = self._aggregator
         with aggregator.lock:
             now = engine.now()
-            start, self._window_start = self._window_start, now
+            start = self._window_since(subtree, now)
             if engine.closed:
                 self._incidents.misused("closed", "reset() after shutdown()")
-                closed = Snapshot({}, start_ns=0, end_ns=0, rank=self.rank.rank)
+                closed = Snapshot(
+                    {}, start_ns=0, end_ns=0, rank=self.rank.rank, subtree=subtree or "root"
+                )
                 return reduce_across_ranks(closed, self._incidents) if across_ranks else closed
-            engine.close_window(now, final=final)
+            engine.close_window(now, final=final, subtree=subtree)
             if final:
                 engine.closed = True
             if self._processor is not None:
@@ -91,7 +115,8 @@ class Looptrace:
                 start_ns=engine.anchor.epoch_ns(start),
                 end_ns=engine.anchor.epoch_ns(now),
                 rank=self.rank.rank,
-                step=engine.steps_done(),
+                step=engine.steps_done(subtree),
+                subtree=subtree,
             )
         if across_ranks:
             snapshot = reduce_across_ranks(snapshot, self._incidents)

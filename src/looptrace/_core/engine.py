@@ -23,6 +23,7 @@ from looptrace._stats.health import Incidents
 
 if TYPE_CHECKING:
     from looptrace._core.timer import Timer
+    from looptrace._stats.snapshot import Snapshot
 
 
 # The status description of a span that was still running when looptrace shut down.
@@ -58,6 +59,8 @@ class Engine:
         # Whether anything besides looptrace's own processor reads spans; asked once per lap.
         self.spans_read: Callable[[], bool] = lambda: True
         self.closed = False
+        # Closes the window of one timer's subtree; set by the `Looptrace` that owns this.
+        self.reset_timer: Callable[[Timer, bool], Snapshot] | None = None
         self._attributes: dict[Timer, dict[str, str | int]] = {}
         self.states = States(self.now)
         self.states.on_new = self._close_exited_if_free
@@ -77,11 +80,12 @@ class Engine:
             finally:
                 lock.release()
 
-    def steps_done(self) -> int | None:
+    def steps_done(self, subtree: str | None = None) -> int | None:
         """Return how many outermost laps the calling thread has completed (None: no laps).
 
         With several outermost timers, the largest count. It is the step a `reset()` window
-        closes at: the spans of that window have `looptrace.step` below it.
+        closes at: the spans of that window have `looptrace.step` below it. With `subtree` (a
+        timer's path), only that timer and its descendants count.
         """
         mine: ThreadState | None = getattr(self.local, "state", None)
         # Without a state of its own (a signal's helper thread): the most laps of any thread.
@@ -90,7 +94,7 @@ class Engine:
             node.laps - any(interval.node is timer for interval in state.tops)
             for state in states
             for timer, node in list(state.nodes.items())
-            if node.laps
+            if node.laps and _within(timer.path, subtree)
         ]
         return max(done, default=None)
 
@@ -103,14 +107,15 @@ class Engine:
             for batch in batches:
                 aggregator.merge(*batch)
 
-    def close_window(self, now: int, *, final: bool = False) -> None:
+    def close_window(self, now: int, *, final: bool = False, subtree: str | None = None) -> None:
         """Cut every running interval and merge everything measured before the cut.
 
         Each thread is cut at one instant, read while its lock is held: a thread that lapped
         after `reset()` read `now` has that lap in this window and nothing before its cut in
         the next, so no time is counted twice or lost. The caller holds the aggregator's
         lock, so no measurement after a cut can reach this window. A `final` window (shutdown)
-        ends every running interval instead, its span marked as cut.
+        ends every running interval instead, its span marked as cut. With `subtree` (a timer's
+        path) only the intervals of that timer and its descendants are cut.
         """
         self.close_exited()
         states = self.states.all()
@@ -122,12 +127,26 @@ class Engine:
                 if final:
                     for top in reversed(state.tops):
                         self.end(state, top, cut_at, cut=True)
-                else:
+                elif subtree is None:
                     for top in state.tops:
                         self.cut(state, top, cut_at)
+                else:
+                    self._cut_subtree(state, subtree, cut_at)
                 batches = self._drain(state)
             for batch in batches:
                 aggregator.merge(*batch)
+
+    def _cut_subtree(self, state: ThreadState, subtree: str, now: int) -> None:
+        """Cut the running intervals of the timer at path `subtree` and of its descendants."""
+        below = f"{subtree}."
+        pending = list(state.tops)
+        while pending:
+            interval = pending.pop()
+            path = interval.node.path
+            if path == subtree or path.startswith(below):
+                self.cut(state, interval, now)
+            else:
+                pending.extend(interval.children)
 
     def close_exited(self) -> None:
         """End what exited threads left running, at their exit; holds the aggregator lock."""
@@ -523,6 +542,11 @@ def _count_ended(
         node_state.errors += 1
     if len(node_state.durations) >= FOLD_AT:
         state.full = True
+
+
+def _within(path: str, subtree: str | None) -> bool:
+    """Whether `path` is the timer at path `subtree` or one of its descendants (None: all)."""
+    return subtree is None or path == subtree or path.startswith(f"{subtree}.")
 
 
 def _descendants(interval: Interval) -> list[Interval]:

@@ -14,6 +14,7 @@ from looptrace._core.intervals import Interval, ThreadState
 from looptrace._core.iterate import laps
 from looptrace._stats.aggregator import OTHER_PATH
 from looptrace._stats.errors import TimerError
+from looptrace._stats.snapshot import Snapshot
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -88,6 +89,24 @@ class Timer:
             overflow.path = OTHER_PATH
             self._overflow = overflow
         return overflow
+
+    def reset(self, *, across_ranks: bool = False) -> Snapshot:
+        """Close the window of this timer and its descendants and return its statistics.
+
+        The same cut as `Looptrace.reset()`, for this subtree only: its running sections
+        contribute their part before the cut and keep running, other timers' windows go on.
+        The snapshot's `subtree` is this timer's path; outputs name it. On the root timer it
+        is `lt.reset()`. `across_ranks` is as for `Looptrace.reset()`: every rank must reset
+        the same timer at the same point.
+
+        Raises:
+            TimerError: the timer belongs to no `Looptrace`.
+
+        """
+        reset = self._engine.reset_timer
+        if reset is None:
+            raise TimerError(f"timer {self.path!r} belongs to no looptrace: nothing to reset")
+        return reset(self, across_ranks)
 
     @property
     def running(self) -> bool:

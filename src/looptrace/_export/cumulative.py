@@ -170,7 +170,8 @@ class CumulativeHistograms:
 
     def add(self, snapshot: Snapshot) -> None:
         """Add one window's statistics, and the exemplars of the spans that ended in it."""
-        exemplars = {} if self.exemplars is None else self.exemplars.take(snapshot.end_ns)
+        paths = None if snapshot.subtree == "root" else snapshot  # a timer's window: its paths
+        exemplars = {} if self.exemplars is None else self.exemplars.take(snapshot.end_ns, paths)
         with self.lock:
             self._totals.add(snapshot, exemplars)
             for cursor in self._cursors:

@@ -12,6 +12,7 @@ import os
 import threading
 import weakref
 from bisect import bisect_left
+from collections.abc import Container
 from dataclasses import dataclass
 
 from opentelemetry.context import Context
@@ -91,11 +92,16 @@ class ExemplarProcessor(SpanProcessor):
         except Exception:
             self._incidents.failed("ExemplarProcessor.on_end")
 
-    def take(self, until_ns: int) -> Exemplars:
-        """Return and forget the exemplars of spans that ended by `until_ns` (epoch ns)."""
+    def take(self, until_ns: int, paths: Container[str] | None = None) -> Exemplars:
+        """Return and forget the exemplars of spans that ended by `until_ns` (epoch ns).
+
+        With `paths`, only those paths' (the window of one timer's subtree).
+        """
         taken: Exemplars = {}
         with self._lock:
             for path, buckets in list(self._pending.items()):
+                if paths is not None and path not in paths:
+                    continue
                 due = {i: latest for i, latest in buckets.items() if latest[3] <= until_ns}
                 if not due:
                     continue

@@ -232,9 +232,10 @@ class SnapshotFileWriter:
     A line holds `kind`, `version`, `step` (the outermost laps completed when the window
     closed, so its spans have `looptrace.step` below it), `time` (its end, epoch seconds),
     `start_ns`, `end_ns`, `rank`, `world_size`, `host` and `stats` (path -> the `SectionStats`
-    fields; undefined values as null), and for `reset(across_ranks=True)` windows
-    `across_ranks` (path -> the `SectionSpread` as a dict). A window in which nothing was
-    measured writes no line.
+    fields; undefined values as null), for `reset(across_ranks=True)` windows
+    `across_ranks` (path -> the `SectionSpread` as a dict), and for a `timer.reset()` window
+    `subtree` (that timer's path; its `step` counts that subtree's laps). A window in which
+    nothing was measured writes no line.
     """
 
     def __init__(self, path: Path, rank: RankInfo, incidents: Incidents | None = None) -> None:
@@ -253,7 +254,7 @@ class SnapshotFileWriter:
         record = {
             "kind": SNAPSHOT_KIND,
             "version": SNAPSHOT_VERSION,
-            "step": self.step(),
+            "step": self.step() if snapshot.subtree == "root" else snapshot.step,
             "time": snapshot.end_ns / 1e9,
             "start_ns": snapshot.start_ns,
             "end_ns": snapshot.end_ns,
@@ -262,6 +263,8 @@ class SnapshotFileWriter:
             "host": self._host,
             "stats": {path: _finite(stats.to_dict()) for path, stats in snapshot.items()},
         }
+        if snapshot.subtree != "root":  # timer.reset(): the window of that timer's subtree
+            record["subtree"] = snapshot.subtree
         if snapshot.across_ranks is not None:  # reset(across_ranks=True): the job's spread
             record["across_ranks"] = {
                 path: _json_safe(spread.to_dict()) for path, spread in snapshot.across_ranks.items()

@@ -200,6 +200,7 @@ class Window:
     host: str | None
     stats: dict[str, SectionStats]
     spread: dict[str, dict[str, Any]] | None = None  # `across_ranks` of the snapshot line
+    subtree: str = "root"  # the timer whose window it is (`timer.reset()`)
 
 
 def load_windows(kind: str, files: Sequence[JsonLinesFile], warn: Warn) -> list[Window]:
@@ -260,7 +261,15 @@ def _snapshot(record: dict[str, Any]) -> Window:
         host=host if isinstance(host, str) else None,
         stats=stats,
         spread=_spread(record.get("across_ranks")),
+        subtree=_subtree(record.get("subtree", "root")),
     )
+
+
+def _subtree(value: object) -> str:
+    """Return the `subtree` of a snapshot line: a timer's dotted path."""
+    if not isinstance(value, str) or not value:
+        raise TypeError("subtree is not a timer path")
+    return value
 
 
 def _spread(value: object) -> dict[str, dict[str, Any]] | None:

@@ -114,8 +114,8 @@ def summarize_windows(windows: Sequence[Window]) -> Summary:
     for window in windows:
         per_rank[window.rank].append(window)
     steps = [w.step for w in windows if w.step is not None]
-    description = f"{_count(len(windows), 'window')}, {_ranks_text(per_rank)}"
-    description += _steps_text(steps, "closed at step")
+    description = f"{_count(len(windows), 'window')}{_subtrees_text(windows)}, "
+    description += _ranks_text(per_rank) + _steps_text(steps, "closed at step")
     return Summary(
         combined=merge_windows(windows),
         per_rank={rank: merge_windows(group) for rank, group in sorted(per_rank.items())},
@@ -185,6 +185,14 @@ def render_summary(summary: Summary) -> str:
 
 def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def _subtrees_text(windows: Sequence[Window]) -> str:
+    """Name the timers whose windows these are, when some are of one timer's subtree."""
+    subtrees = Counter(w.subtree for w in windows)
+    if set(subtrees) <= {"root"}:
+        return ""
+    return f" ({', '.join(f'{n} of {path}' for path, n in sorted(subtrees.items()))})"
 
 
 def _steps_text(steps: Sequence[int], what: str) -> str:

@@ -151,12 +151,34 @@ class Aggregator:
         agg.add_sorted(durations, self_ns, errors)
 
     def snapshot(
-        self, *, start_ns: int, end_ns: int, rank: int, step: int | None = None
+        self,
+        *,
+        start_ns: int,
+        end_ns: int,
+        rank: int,
+        step: int | None = None,
+        subtree: str | None = None,
     ) -> Snapshot:
-        """Return the window's statistics and start an empty window; the caller holds `lock`."""
-        paths, self._paths = self._paths, {}
+        """Return the window's statistics and start an empty window; the caller holds `lock`.
+
+        With `subtree` (a timer's path) only the paths of that timer and its descendants are
+        taken; the other paths' windows go on.
+        """
+        if subtree is None:
+            paths, self._paths = self._paths, {}
+        else:
+            below = f"{subtree}."
+            taken = [p for p in self._paths if p == subtree or p.startswith(below)]
+            paths = {p: self._paths.pop(p) for p in taken}
         stats = {path: agg.stats() for path, agg in paths.items()}
-        return Snapshot(stats, start_ns=start_ns, end_ns=end_ns, rank=rank, step=step)
+        return Snapshot(
+            stats,
+            start_ns=start_ns,
+            end_ns=end_ns,
+            rank=rank,
+            step=step,
+            subtree=subtree or "root",
+        )
 
     def after_fork_in_child(self) -> None:
         """Start empty with a fresh lock: a forked child counts only its own sections."""

@@ -54,10 +54,11 @@ class Snapshot(Mapping[str, SectionStats]):
     `across_ranks` holds, per path of any rank, how they spread over the ranks of the job
     when the window was reduced by `reset(across_ranks=True)`; it is None when the snapshot
     holds this rank's data only (not asked for, or no initialised `torch.distributed` process
-    group).
+    group). `subtree` is the path of the timer whose window this is: `"root"` for
+    `lt.reset()`, e.g. `"root.training"` for `training.reset()`.
     """
 
-    __slots__ = ("_stats", "across_ranks", "end_ns", "rank", "start_ns", "step")
+    __slots__ = ("_stats", "across_ranks", "end_ns", "rank", "start_ns", "step", "subtree")
 
     boundaries: tuple[float, ...] = BOUNDARIES_S
 
@@ -70,8 +71,10 @@ class Snapshot(Mapping[str, SectionStats]):
         rank: int,
         across_ranks: Mapping[str, SectionSpread] | None = None,
         step: int | None = None,
+        subtree: str = "root",
     ) -> None:
         self._stats = dict(sorted(stats.items()))
+        self.subtree = subtree
         self.start_ns = start_ns
         self.end_ns = end_ns
         self.rank = rank
@@ -90,7 +93,7 @@ class Snapshot(Mapping[str, SectionStats]):
         return len(self._stats)
 
     def __repr__(self) -> str:
-        return f"Snapshot({len(self)} paths, rank {self.rank})"
+        return f"Snapshot({len(self)} paths of {self.subtree}, rank {self.rank})"
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         """Return `{path: {stat: value}}` as plain data.
