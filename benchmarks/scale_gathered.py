@@ -47,7 +47,7 @@ def gathered_reduce(snapshot: Any, traffic: list[int]) -> Any:
         for p in union
     ]
     matrix = torch.stack(all_gather(torch.tensor(rows, dtype=torch.float64)))
-    return snapshot._with_across_ranks(gathered_spreads(path_lists, union, matrix))
+    return snapshot.with_spreads(gathered_spreads(path_lists, union, matrix))
 
 
 def gathered_spreads(path_lists: list[list[str]], union: list[str], matrix: Any) -> dict:

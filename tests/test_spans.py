@@ -258,7 +258,7 @@ def test_no_span_is_built_while_nothing_reads_spans() -> None:
     train = lt.timer("training")
     train.record("data")
     state = lt._engine.state()
-    assert [interval.span for interval in state.tops] == [None]
+    assert [interval.span for interval in state.outermost] == [None]
     train.record()  # lap 1 starts, untraced
     spans = InMemorySpanExporter()
     provider.add_span_processor(SimpleSpanProcessor(spans))

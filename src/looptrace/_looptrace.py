@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from looptrace._core.engine import Engine
 from looptrace._core.timer import Timer
-from looptrace._distributed.across_ranks import across_ranks as reduce_across_ranks
+from looptrace._distributed.across_ranks import reduce_or_keep
 from looptrace._distributed.ranks import RankInfo
 from looptrace._export.outputs import Outputs
 from looptrace._export.processor import AggregatingSpanProcessor
@@ -105,7 +105,7 @@ class Looptrace:
                 closed = Snapshot(
                     {}, start_ns=0, end_ns=0, rank=self.rank.rank, subtree=subtree or "root"
                 )
-                return reduce_across_ranks(closed, self._incidents) if across_ranks else closed
+                return reduce_or_keep(closed, self._incidents) if across_ranks else closed
             engine.close_window(now, final=final, subtree=subtree)
             if final:
                 engine.closed = True
@@ -119,7 +119,7 @@ class Looptrace:
                 subtree=subtree,
             )
         if across_ranks:
-            snapshot = reduce_across_ranks(snapshot, self._incidents)
+            snapshot = reduce_or_keep(snapshot, self._incidents)
         for sink in self._outputs.on_reset:
             try:
                 sink(snapshot)

@@ -333,7 +333,7 @@ class DeviceTiming:
             queue.pending = []
             self._incidents.failed("device time")
         if any(len(node.durations) >= FOLD_AT for node in state.nodes.values()):
-            state.full = True
+            state.fold_due = True
 
     def _span(self, queue: DeviceQueue, segment: Segment) -> None:
         """Make the span of a finished device interval, timestamps mapped via the anchor."""

@@ -91,7 +91,7 @@ class Engine:
         # Without a state of its own (a signal's helper thread): the most laps of any thread.
         states = [mine] if mine is not None else self.states.all()
         done = [
-            node.laps - any(interval.node is timer for interval in state.tops)
+            node.laps - any(interval.node is timer for interval in state.outermost)
             for state in states
             for timer, node in list(state.nodes.items())
             if node.laps and _within(timer.path, subtree)
@@ -125,10 +125,10 @@ class Engine:
                 cut_at = max(now, self.now())
                 state.last_cut = cut_at
                 if final:
-                    for top in reversed(state.tops):
+                    for top in reversed(state.outermost):
                         self.end(state, top, cut_at, cut=True)
                 elif subtree is None:
-                    for top in state.tops:
+                    for top in state.outermost:
                         self.cut(state, top, cut_at)
                 else:
                     self._cut_subtree(state, subtree, cut_at)
@@ -139,7 +139,7 @@ class Engine:
     def _cut_subtree(self, state: ThreadState, subtree: str, now: int) -> None:
         """Cut the running intervals of the timer at path `subtree` and of its descendants."""
         below = f"{subtree}."
-        pending = list(state.tops)
+        pending = list(state.outermost)
         while pending:
             interval = pending.pop()
             path = interval.node.path
@@ -158,7 +158,7 @@ class Engine:
                 continue
             with state.lock:
                 at = max(at, state.last_cut)
-                for top in reversed(state.tops):
+                for top in reversed(state.outermost):
                     self.end(state, top, at)
                 batches = self._drain(state)
             for batch in batches:
@@ -178,11 +178,11 @@ class Engine:
         state.lock = threading.Lock()
         state.detach_all()
         now = self.now()
-        pending = list(state.tops)
+        pending = list(state.outermost)
         while pending:
             interval = pending.pop()
             interval.seg_start = interval.start = now
-            interval.seg_child = 0
+            interval.child_ns = 0
             interval.span = interval.context = None
             interval.device = None  # a forked child cannot use its parent's device context
             pending.extend(interval.children)
@@ -222,7 +222,7 @@ class Engine:
         if parent is None:
             if context is not None and self.step_traces is not None:
                 self.step_traces.done()  # a device lap's span comes later, without pinned ids
-            state.tops.append(interval)
+            state.outermost.append(interval)
         else:
             parent.children.append(interval)
         node_state.stack.append(interval)
@@ -301,10 +301,10 @@ class Engine:
             self.device.close(state, interval, error)
         parent = interval.parent
         if parent is None:
-            state.tops.remove(interval)
+            state.outermost.remove(interval)
         else:
             parent.children.remove(interval)
-            parent.seg_child += duration
+            parent.child_ns += duration
         stack = node_state.stack
         if stack[-1] is interval:
             stack.pop()
@@ -356,20 +356,22 @@ class Engine:
         else:  # cut by a reset: counted here whole, its earlier part already in a total
             node_state.durations.append(now - start)
             node_state.carry_ns -= interval.seg_start - start
-        node_state.self_ns += duration - interval.seg_child
+        node_state.self_ns += duration - interval.child_ns
         if len(node_state.durations) >= FOLD_AT:
-            state.full = True
+            state.fold_due = True
         if parent is None:
             interval.step = node_state.laps
             node_state.laps += 1
             if state.device is not None and state.device.pending:
                 self.device.resolve(state, wait=False)
         else:
-            parent.seg_child += duration
+            parent.child_ns += duration
         interval.seg_start = interval.start = now
-        interval.seg_child = 0
+        interval.child_ns = 0
 
-    def switch(self, state: ThreadState, current: Interval, child: Timer, now: int) -> bool:
+    def switch_in_place(
+        self, state: ThreadState, current: Interval, child: Timer, now: int
+    ) -> bool:
         """Do `record(child)` in place when `current` runs exactly one untraced leaf section.
 
         The common step of a loop (`data` -> `forward` -> `backward`) ends that section and
@@ -404,19 +406,19 @@ class Engine:
         else:  # cut by a reset: counted here whole, its earlier part already in a total
             ended.durations.append(now - start)
             ended.carry_ns -= seg_start - start
-        ended.self_ns += duration - sibling.seg_child
+        ended.self_ns += duration - sibling.child_ns
         if len(ended.durations) >= FOLD_AT:
-            state.full = True
-        current.seg_child += duration
+            state.fold_due = True
+        current.child_ns += duration
         stack.pop()
         sibling.node = child
         sibling.state = target
         sibling.seg_start = sibling.start = now
-        sibling.seg_child = 0
+        sibling.child_ns = 0
         target.stack.append(sibling)
         return True
 
-    def switch_to(
+    def run_owner_for(
         self, state: ThreadState, owner: Timer, child: Timer, now: int, entry: bool = False
     ) -> Interval:
         """Make `owner` run (starting it if needed) with no section but `child` running.
@@ -459,13 +461,13 @@ class Engine:
             if interval.device is None:
                 node_state = interval.state
                 node_state.carry_ns += duration
-                node_state.self_ns += duration - interval.seg_child
+                node_state.self_ns += duration - interval.child_ns
             else:
                 self.device.cut(state, interval)
             if interval.parent is not None:
-                interval.parent.seg_child += duration
+                interval.parent.child_ns += duration
         interval.seg_start = now
-        interval.seg_child = 0
+        interval.child_ns = 0
 
     def _host_context(self, interval: Interval) -> Context:
         """Return the span context of the nearest host-traced ancestor (device spans wait)."""
@@ -537,11 +539,11 @@ def _count_ended(
     else:  # cut by a reset: counted here whole, its earlier part already in a total
         node_state.durations.append(now - start)
         node_state.carry_ns -= interval.seg_start - start
-    node_state.self_ns += duration - interval.seg_child
+    node_state.self_ns += duration - interval.child_ns
     if error is not None:
         node_state.errors += 1
     if len(node_state.durations) >= FOLD_AT:
-        state.full = True
+        state.fold_due = True
 
 
 def _within(path: str, subtree: str | None) -> bool:

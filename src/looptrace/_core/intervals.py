@@ -58,14 +58,15 @@ class NodeState:
 class Interval:
     """One running measurement of a timer in one thread.
 
-    `seg_start` and `seg_child` describe the part inside the current reset window: `reset()`
-    moves `seg_start` to the cut and zeroes `seg_child`, the children's time in that part;
+    `seg_start` and `child_ns` describe the part inside the current reset window: `reset()`
+    moves `seg_start` to the cut and zeroes `child_ns`, the children's time in that part;
     `start` stays, so the interval is counted whole when it ends.
     A section entry keeps its interval as a token to end on exit, so `held` intervals are
-    never recycled by `Engine.switch`.
+    never recycled by `Engine.switch_in_place`.
     """
 
     __slots__ = (
+        "child_ns",
         "children",
         "context",
         "device",
@@ -73,7 +74,6 @@ class Interval:
         "implicit",
         "node",
         "parent",
-        "seg_child",
         "seg_start",
         "span",
         "start",
@@ -96,7 +96,7 @@ class Interval:
         self.children: list[Interval] = []
         self.start = now  # of the whole interval; `seg_start` moves at each reset cut
         self.seg_start = now
-        self.seg_child = 0
+        self.child_ns = 0
         self.step = step
         self.span = span
         self.held = False  # a section entry holds this object: never reuse it in place
@@ -108,13 +108,13 @@ class Interval:
 class ThreadState:
     """The timers of one thread; only `reset()` and thread exit contend for its lock."""
 
-    __slots__ = ("device", "full", "last_cut", "lock", "nodes", "thread", "tops")
+    __slots__ = ("device", "fold_due", "last_cut", "lock", "nodes", "outermost", "thread")
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.nodes: dict[Timer, NodeState] = {}
-        self.tops: list[Interval] = []
-        self.full = False  # some node holds FOLD_AT measurements: merge after the call
+        self.outermost: list[Interval] = []
+        self.fold_due = False  # some node holds FOLD_AT measurements: merge after the call
         self.last_cut = 0  # the instant of the latest `reset()` cut of this thread
         self.device: DeviceQueue | None = None  # device segments waiting for their events
         # Made in the thread it describes. Outermost lap spans carry it (their sections are in
@@ -133,11 +133,11 @@ class ThreadState:
 
     def detach_all(self) -> list[tuple[str, list[int], int, int, int]]:
         """Hand over every pending batch; the caller holds `lock`."""
-        self.full = False
+        self.fold_due = False
         return [node.detach() for node in self.nodes.values() if node.pending]
 
 
-class Holder:
+class ExitSentinel:
     """Lives in the thread-local slot; when the thread exits it dies and closes the state."""
 
     __slots__ = ("__weakref__", "state")

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any
 
-from looptrace._core.intervals import Holder, ThreadState
+from looptrace._core.intervals import ExitSentinel, ThreadState
 
 
 class States:
@@ -49,7 +49,7 @@ class States:
         except AttributeError:
             pass
         state = self._new()
-        holder = Holder(state)
+        holder = ExitSentinel(state)
         finalizer = weakref.finalize(holder, self.ended, state)
         finalizer.atexit = False
         self.local.holder = holder

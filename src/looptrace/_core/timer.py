@@ -151,15 +151,15 @@ class Timer:
                 else:
                     started = engine.start(state, self, now, engine.parent_for(state, self))
                     started.state.lapped = True
-            elif not (stack and engine.switch(state, stack[-1], child, now)):
-                current = engine.switch_to(state, self, child, now)
+            elif not (stack and engine.switch_in_place(state, stack[-1], child, now)):
+                current = engine.run_owner_for(state, self, child, now)
                 running = state.nodes.get(child)
                 if running is not None and running.stack:
                     engine.end(state, running.stack[0], now)
                 engine.start(state, child, now, current)
         finally:
             lock.release()
-        if state.full:
+        if state.fold_due:
             engine.merge_pending(state)
 
     def stop(self) -> None:
@@ -176,7 +176,7 @@ class Timer:
                 engine.end(state, mine.stack[0], engine.now())
         if not was_running:
             engine.incidents.misused("stopped", f"{self.path}.stop() on a stopped timer")
-        if state.full:
+        if state.fold_due:
             engine.merge_pending(state)
 
     def section(self, name: str) -> Section:
@@ -233,7 +233,7 @@ class Timer:
             if running is not None and running.stack:
                 interval = engine.start(state, child, now, running.stack[-1])
             else:
-                current = engine.switch_to(state, self, child, now, True)
+                current = engine.run_owner_for(state, self, child, now, True)
                 interval = engine.start(state, child, now, current)
             interval.held = True
             if hold:
@@ -273,7 +273,7 @@ class Timer:
             engine.incidents.misused(
                 "stopped", f"section {child.path!r} stopped more often than started"
             )
-        if state.full:
+        if state.fold_due:
             engine.merge_pending(state)
 
     @staticmethod

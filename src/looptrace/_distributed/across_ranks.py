@@ -31,7 +31,7 @@ from looptrace._stats.snapshot import Snapshot
 _log = logging.getLogger("looptrace")
 
 
-def across_ranks(snapshot: Snapshot, incidents: Incidents) -> Snapshot:
+def reduce_or_keep(snapshot: Snapshot, incidents: Incidents) -> Snapshot:
     """Return `snapshot` reduced across ranks; never raises into the caller.
 
     Without an initialised process group the snapshot comes back unchanged, its

@@ -71,7 +71,7 @@ def reduce(snapshot: Snapshot) -> Snapshot | None:
     with _LOCK:
         _TABLE.agree(snapshot, wire.all_reduce, rank=rank, world=world)
         result = _reduce(snapshot, wire, rank, world)
-    return snapshot._with_across_ranks(result)
+    return snapshot.with_spreads(result)
 
 
 def _reduce(snapshot: Snapshot, wire: _Wire, rank: int, world: int) -> dict[str, SectionSpread]:

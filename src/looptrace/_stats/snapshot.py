@@ -146,7 +146,7 @@ class Snapshot(Mapping[str, SectionStats]):
                         flat[sep.join((name, *parts))] = value
         return flat
 
-    def _with_across_ranks(self, across_ranks: Mapping[str, SectionSpread]) -> Snapshot:
+    def with_spreads(self, across_ranks: Mapping[str, SectionSpread]) -> Snapshot:
         """Return a copy of this snapshot that carries cross-rank data."""
         reduced = copy.copy(self)
         reduced.across_ranks = MappingProxyType(dict(sorted(across_ranks.items())))
