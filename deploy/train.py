@@ -25,6 +25,7 @@ as ranges around the operators they ran.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import random
 import sys
@@ -135,8 +136,12 @@ class TorchModel:
 
         Without the barrier a rank that finishes first can tear gloo down while another still
         talks to it, and that one aborts ("terminate called without an active exception").
+        DDP's reducer holds the group too: it goes first, so no destructor of it runs against
+        a destroyed group at interpreter exit.
         """
         if self._distributed:
+            self._loss = self._opt = self._net = None
+            gc.collect()
             self._dist.barrier()
             self._dist.destroy_process_group()
 
