@@ -16,6 +16,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 import looptrace
 from looptrace.testing import FakeClock
 
+from .processes import bare_env
+
 
 def _run(code: str, **env: str) -> str:
     result = subprocess.run(
@@ -23,7 +25,7 @@ def _run(code: str, **env: str) -> str:
         capture_output=True,
         text=True,
         check=True,
-        env={"PATH": "/usr/bin:/bin", **env},
+        env=bare_env(env),
         timeout=60,
     )
     return result.stdout.strip()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -14,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from .otlp_server import OtlpReceiver
+from .processes import bare_env
 
 # 30 laps of train with a data section each, a reset after 20; the 31st lap keeps running.
 # Batches would only leave after a minute, so whatever arrives was flushed by exit handling.
@@ -43,10 +43,7 @@ WAIT = """
 
 def child_env() -> dict[str, str]:
     """Return a bare environment for a child, keeping PYTHONPATH (the code under test)."""
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "OTEL_BSP_SCHEDULE_DELAY": "60000"}
-    if "PYTHONPATH" in os.environ:
-        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
-    return env
+    return bare_env({"OTEL_BSP_SCHEDULE_DELAY": "60000"})
 
 
 @pytest.fixture

@@ -21,6 +21,7 @@ import looptrace
 from looptrace.testing import FakeClock
 
 from .otlp_server import OtlpReceiver, StalledServer, Tls, free_port
+from .processes import bare_env
 
 PROTOCOLS = ["grpc", "http/protobuf"]
 
@@ -104,7 +105,7 @@ def test_collector_down_for_the_whole_run(protocol: str) -> None:
         check=False,
         text=True,
         timeout=300,
-        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+        env=bare_env(),
     )
     assert result.returncode == 0, result.stderr[-2000:]
     figures = json.loads(result.stdout)
@@ -322,7 +323,7 @@ def test_no_output_of_a_failing_export_run_contains_a_header_value(
             text=True,
             timeout=120,
             env={
-                "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+                **bare_env(),
                 "PYTHONPATH": os.pathsep.join(sys.path),
                 "OTEL_EXPORTER_OTLP_HEADERS": headers,
                 "OTEL_BSP_SCHEDULE_DELAY": "20",
@@ -367,7 +368,7 @@ def test_a_dead_collector_costs_one_warning_line(protocol: str) -> None:
         text=True,
         timeout=120,
         env={
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            **bare_env(),
             "PYTHONPATH": os.pathsep.join(sys.path),
             "OTEL_BSP_SCHEDULE_DELAY": "20",
         },

@@ -11,6 +11,7 @@ import textwrap
 import pytest
 
 from .otlp_server import OtlpReceiver
+from .processes import bare_env
 
 PROGRAM = """
     import json, os, sys
@@ -56,7 +57,7 @@ def test_forked_child_with_exporters_records_and_resets(protocol: str) -> None:
             check=False,
             text=True,
             timeout=60,
-            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+            env=bare_env(),
         )
         assert result.returncode == 0, result.stderr[-2000:]
         assert rx.wait_for_metrics(lambda m: "root.train" in m["looptrace.section.duration"])

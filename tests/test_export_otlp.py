@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -19,6 +18,7 @@ import looptrace
 from looptrace.testing import FakeClock
 
 from .otlp_server import OtlpReceiver, wait_until
+from .processes import bare_env
 
 PROTOCOLS = ["grpc", "http/protobuf"]
 BOUNDS = list(looptrace.Snapshot.boundaries)
@@ -290,7 +290,7 @@ def _run(code: str, **env: str) -> str:
         capture_output=True,
         text=True,
         check=True,
-        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **env},
+        env=bare_env(env),
         timeout=60,
     )
     return result.stdout.strip()

@@ -13,6 +13,8 @@ import pytest
 
 from looptrace.testing import capture
 
+from .processes import bare_env
+
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_forked_child_records_and_resets_without_deadlock() -> None:
@@ -85,7 +87,7 @@ def test_service_instance_id_survives_fork() -> None:
         check=True,
         timeout=60,
         env={
-            "PATH": "/usr/bin:/bin",
+            **bare_env(),
             "SLURM_PROCID": "1",
             "SLURM_NTASKS": "2",
             "SLURM_JOB_ID": "42",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import os
 import subprocess
 import sys
 import textwrap
@@ -14,6 +13,7 @@ from typing import Any
 import pytest
 
 from .otlp_server import wait_until
+from .processes import bare_env
 from .servers import Mlflow, binary
 
 
@@ -76,7 +76,7 @@ def test_step_traces_of_two_ranks_arrive_in_mlflow_with_their_structure(mlflow: 
             stderr=subprocess.PIPE,
             text=True,
             env={
-                "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+                **bare_env(),
                 "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"{mlflow.url}/v1/traces",
                 "OTEL_EXPORTER_OTLP_TRACES_HEADERS": f"x-mlflow-experiment-id={experiment}",
                 "RANK": str(rank),

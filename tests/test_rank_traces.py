@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -14,6 +13,7 @@ from typing import Any
 import pytest
 
 from .otlp_server import OtlpReceiver
+from .processes import bare_env
 
 RANK_LOOP = """
     import json, sys
@@ -63,7 +63,7 @@ def run_ranks(
             stderr=subprocess.PIPE,
             text=True,
             env={
-                "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+                **bare_env(),
                 "RANK": str(rank),
                 "LOCAL_RANK": str(rank),
                 "WORLD_SIZE": str(world),
