@@ -135,12 +135,3 @@ class ThreadState:
         """Hand over every pending batch; the caller holds `lock`."""
         self.fold_due = False
         return [node.detach() for node in self.nodes.values() if node.pending]
-
-
-class ExitSentinel:
-    """Lives in the thread-local slot; when the thread exits it dies and closes the state."""
-
-    __slots__ = ("__weakref__", "state")
-
-    def __init__(self, state: ThreadState) -> None:
-        self.state = state

@@ -13,7 +13,8 @@ from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any
 
-from looptrace._core.intervals import ExitSentinel, ThreadState
+from looptrace._core.intervals import ThreadState
+from looptrace._core.sentinel import ExitSentinel
 
 
 class States:

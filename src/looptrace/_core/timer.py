@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import functools
-import inspect
 from asyncio.events import _get_running_loop
-from collections.abc import AsyncGenerator, Callable, Coroutine, Generator, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
-from typing import Any, ParamSpec, TypeVar, cast
+from typing import ParamSpec, TypeVar
 
 from looptrace._core.engine import Engine
 from looptrace._core.intervals import Interval, ThreadState
 from looptrace._core.iterate import laps
+from looptrace._core.wrap import wrap
 from looptrace._stats.aggregator import OTHER_PATH
 from looptrace._stats.errors import TimerError
 from looptrace._stats.snapshot import Snapshot
@@ -30,7 +29,6 @@ class Timer:
     """
 
     __slots__ = (
-        "__weakref__",
         "_children",
         "_engine",
         "_overflow",
@@ -334,93 +332,4 @@ class Section:
         For an `async def`, a generator or an async generator function the entry spans the
         whole call: every await, or the iteration until the generator is exhausted or closed.
         """
-        if inspect.iscoroutinefunction(func):
-            return cast("Callable[P, R]", self._wrap_coroutine(func))
-        if inspect.isasyncgenfunction(func):
-            return cast("Callable[P, R]", self._wrap_async_generator(func))
-        if inspect.isgeneratorfunction(func):
-            return cast("Callable[P, R]", self._wrap_generator(func))
-        owner, timer = self._owner, self.timer
-
-        @functools.wraps(func)
-        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-            interval = owner._enter(timer, hold=False)
-            try:
-                result = func(*args, **kwargs)
-            except BaseException as error:
-                if interval is not None:
-                    owner._exit(timer, interval, error)
-                raise
-            if interval is not None:
-                owner._exit(timer, interval, None)
-            return result
-
-        return wrapper
-
-    def _wrap_coroutine(
-        self, func: Callable[P, Coroutine[Any, Any, Any]]
-    ) -> Callable[P, Coroutine[Any, Any, Any]]:
-        owner, timer = self._owner, self.timer
-
-        @functools.wraps(func)
-        async def wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
-            interval = owner._enter(timer, hold=False)
-            try:
-                result = await func(*args, **kwargs)
-            except BaseException as error:
-                if interval is not None:
-                    owner._exit(timer, interval, error)
-                raise
-            if interval is not None:
-                owner._exit(timer, interval, None)
-            return result
-
-        return wrapper
-
-    def _wrap_generator(
-        self, func: Callable[P, Generator[Any, Any, Any]]
-    ) -> Callable[P, Generator[Any, Any, Any]]:
-        owner, timer = self._owner, self.timer
-
-        @functools.wraps(func)
-        def wrapper(*args: P.args, **kwargs: P.kwargs) -> Generator[Any, Any, Any]:
-            interval = owner._enter(timer, hold=False)
-            try:
-                result = yield from func(*args, **kwargs)
-            except GeneratorExit:  # closed early by its consumer: not an error
-                if interval is not None:
-                    owner._exit(timer, interval, None)
-                raise
-            except BaseException as error:
-                if interval is not None:
-                    owner._exit(timer, interval, error)
-                raise
-            if interval is not None:
-                owner._exit(timer, interval, None)
-            return result
-
-        return wrapper
-
-    def _wrap_async_generator(
-        self, func: Callable[P, AsyncGenerator[Any, Any]]
-    ) -> Callable[P, AsyncGenerator[Any, Any]]:
-        owner, timer = self._owner, self.timer
-
-        @functools.wraps(func)
-        async def wrapper(*args: P.args, **kwargs: P.kwargs) -> AsyncGenerator[Any, Any]:
-            interval = owner._enter(timer, hold=False)
-            try:
-                async for item in func(*args, **kwargs):
-                    yield item
-            except GeneratorExit:  # closed early by its consumer: not an error
-                if interval is not None:
-                    owner._exit(timer, interval, None)
-                raise
-            except BaseException as error:
-                if interval is not None:
-                    owner._exit(timer, interval, error)
-                raise
-            if interval is not None:
-                owner._exit(timer, interval, None)
-
-        return wrapper
+        return wrap(func, self._owner, self.timer)

@@ -1,0 +1,71 @@
+"""Build looptrace, compiling its hot path (`_core/`, `_stats/`) with mypyc where it can.
+
+`pip install .` (any wheel build) compiles those packages to C extensions. Without a working C
+compiler, with `LOOPTRACE_PURE_PYTHON=1`, or for an editable install (`pip install -e .`, so that
+edits take effect at once), the same modules run as pure Python: identical behaviour, a higher
+cost per section (README, "Performance"). `looptrace --version` says which core runs.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from setuptools import setup
+from setuptools.command.build_ext import build_ext
+
+# The modules of the hot path: what `record()`, sections and `reset()` run. The rest of
+# `_core/` and `_stats/` (clocks, snapshots, errors, the function wrappers: closures over the
+# user's functions, async generators among them) stays interpreted.
+COMPILED = [
+    f"src/looptrace/{module}.py"
+    for module in (
+        "_core/device",
+        "_core/engine",
+        "_core/ids",
+        "_core/intervals",
+        "_core/iterate",
+        "_core/ranges",
+        "_core/sampling",
+        "_core/states",
+        "_core/timer",
+        "_stats/aggregator",
+        "_stats/buckets",
+        "_stats/health",
+        "_stats/sketch",
+    )
+]
+# Commands that build a wheel or install one; metadata and editable builds compile nothing.
+BUILDS = {"bdist_wheel", "build", "build_ext", "install"}
+
+
+def _extensions() -> list[object]:
+    if os.environ.get("LOOPTRACE_PURE_PYTHON") or not BUILDS.intersection(sys.argv[1:]):
+        return []
+    try:
+        from mypyc.build import mypycify
+    except ImportError as error:
+        print(f"looptrace: mypyc unavailable ({error}); installing the pure-Python core")
+        return []
+    return list(mypycify(COMPILED, opt_level="3", debug_level="0", group_name="looptrace"))
+
+
+class OptionalBuildExt(build_ext):
+    """Compile the extensions; if the C toolchain fails, install the pure-Python core instead."""
+
+    def run(self) -> None:
+        try:
+            super().run()
+        except Exception as error:  # no compiler, missing headers: the .py modules still work
+            self._fall_back(error)
+
+    def _fall_back(self, error: Exception) -> None:
+        print(f"looptrace: compiling the core failed ({error}); installing the pure-Python core")
+        for extension in self.extensions:
+            built = Path(self.get_ext_fullpath(extension.name))
+            built.unlink(missing_ok=True)  # a partial build must not shadow the .py modules
+        self.extensions = []
+
+
+setup(ext_modules=_extensions(), cmdclass={"build_ext": OptionalBuildExt})
