@@ -123,7 +123,7 @@ def test_a_sampled_slow_lap_is_traced_once() -> None:
 
 
 @pytest.mark.parametrize("factor", [None, "off"])
-def test_slow_lap_factor_none_or_off_disables(factor: None | str) -> None:
+def test_slow_lap_factor_none_or_off_disables(factor: str | None) -> None:
     """slow_lap_factor=None (or "off") exports no slow lap and records nothing."""
     cap = capture(trace_every=0, slow_lap_factor=factor)
     for _ in range(12):
