@@ -111,6 +111,18 @@ def test_normal_laps_and_too_early_laps_are_not_exported() -> None:
     assert cap.finished_spans() == []
 
 
+def test_a_lap_of_microseconds_is_not_slow_below_a_millisecond_more() -> None:
+    """Steps of 30 µs: one of 900 µs (30x) is noise, not traced; one of 1.1 ms is."""
+    cap = capture(trace_every=0)
+    train = cap.lt.timer("training")
+    for lap_s in [30e-6] * 12 + [900e-6, 30e-6, 1100e-6]:
+        train.record("data")
+        cap.clock.advance(lap_s)
+        train.record()
+    assert [s.name for s in cap.finished_spans()] == ["data", "training"]
+    assert (cap.finished_spans()[-1].attributes or {})["looptrace.step"] == 14
+
+
 def test_a_sampled_slow_lap_is_traced_once() -> None:
     """A slow lap that the sampler traces anyway is not exported a second time."""
     cap = capture(trace_every=13)

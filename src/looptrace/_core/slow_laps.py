@@ -38,6 +38,9 @@ RING = 32  # recent lap durations kept per timer and thread
 MEDIAN_EVERY = 8  # laps between two recomputations of the median
 RATE = 20  # at most one slow lap in RATE exported, on average
 BURST = 3  # slow laps exported back to back at most, after a quiet stretch
+# A lap is slow only if it also takes this much longer than the median: a 30 µs step that
+# took 100 µs is scheduling noise, not a straggler worth a trace.
+MIN_EXCESS_NS = 1_000_000
 
 
 class LapTimes:
@@ -55,9 +58,14 @@ class LapTimes:
         self.credit = RATE
 
     def ratio(self, duration: int, factor: float) -> float:
-        """Return `duration` over the recent median if above `factor` times it, else 0."""
+        """Return `duration` over the recent median if slow (see `MIN_EXCESS_NS`), else 0."""
         median = self.median
-        if len(self.ring) < MIN_LAPS or median <= 0 or duration <= factor * median:
+        if (
+            len(self.ring) < MIN_LAPS
+            or median <= 0
+            or duration <= factor * median
+            or duration - median < MIN_EXCESS_NS
+        ):
             return 0.0
         return duration / median
 
