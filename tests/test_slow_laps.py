@@ -14,8 +14,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 import looptrace
 from looptrace import ConfigError, RankInfo
 from looptrace._core.ids import step_ids
-from looptrace._core.slow_laps import BURST, MIN_LAPS, RATE, Entry, nest
+from looptrace._core.slow_laps import BURST, MAX_RECORD, MIN_LAPS, RATE, Entry, nest
 from looptrace._export.settings import slow_lap_factor
+from looptrace._stats.aggregator import FOLD_AT
 from looptrace.testing import Capture, FakeClock, capture
 
 from .test_properties import _play, operations
@@ -271,6 +272,22 @@ def test_an_error_in_a_slow_lap_is_an_error_span() -> None:
     assert (evaluation.name, evaluation.status.status_code.name) == ("eval", "ERROR")
     assert evaluation.status.description == "KeyError: 'batch'"
     assert [event.name for event in evaluation.events] == ["exception"]
+
+
+def test_a_lap_with_too_many_sections_stops_recording() -> None:
+    """A lap that never ends cannot grow memory: past MAX_RECORD entries recording stops."""
+    cap = capture(trace_every=0)
+    for _ in range(12):
+        _step(cap)
+    train = cap.lt.timer("training")
+    state = cap.lt._engine.state()
+    for index in range(MAX_RECORD + 3 * FOLD_AT):  # two paths: a merge every 2 x FOLD_AT
+        train.record("a" if index % 2 else "b")
+        assert state.record is None or len(state.record) <= MAX_RECORD + 2 * FOLD_AT
+    assert (state.record, state.recording) == (None, [])
+    cap.clock.advance(10.0)
+    train.record()
+    assert cap.finished_spans() == []  # slow, but no longer recorded
 
 
 def test_a_lap_cut_by_shutdown_is_not_judged() -> None:

@@ -117,6 +117,7 @@ class Engine:
         with aggregator.lock:
             with state.lock:
                 batches = state.detach_all()
+                SlowLaps.bound(state)
             for batch in batches:
                 aggregator.merge(*batch)
 

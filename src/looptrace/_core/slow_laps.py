@@ -41,6 +41,9 @@ BURST = 3  # slow laps exported back to back at most, after a quiet stretch
 # A lap is slow only if it also takes this much longer than the median: a 30 µs step that
 # took 100 µs is scheduling noise, not a straggler worth a trace.
 MIN_EXCESS_NS = 1_000_000
+# Entries a thread's record may hold, checked when the thread merges its measurements: a lap
+# with more sections than this would flood a backend as a trace, and must not grow memory.
+MAX_RECORD = 65_536
 
 
 class LapTimes:
@@ -120,6 +123,14 @@ class SlowLaps:
             if state.record is None:
                 state.record = []
 
+    @staticmethod
+    def bound(state: ThreadState) -> None:
+        """Stop recording a thread whose record outgrew `MAX_RECORD`; its laps stay untraced."""
+        record = state.record
+        if record is not None and len(record) > MAX_RECORD:
+            state.recording.clear()
+            state.record = None
+
     def end(self, state: ThreadState, lap: Interval, now: int, cut: bool) -> None:
         """Judge a watched lap that ended at `now` (its own entry recorded last) and forget it.
 
@@ -174,7 +185,7 @@ class SlowLaps:
         except Exception:
             self.incidents.failed("slow lap export")
 
-    def _lap_span(self, state: ThreadState, lap: Interval, ratio: float) -> trace.Span | None:
+    def _lap_span(self, state: ThreadState, lap: Interval, ratio: float) -> trace.Span:
         """Start the lap's span under its step's trace id (in the thread that ran it)."""
         step_traces = self.step_traces
         mine = threading.get_ident() == state.thread.get(THREAD_ID)
