@@ -7,6 +7,7 @@ per 100 steps), and the CPU column includes the exporter thread's work up to a f
 
     python benchmarks/bench.py            # full run, table on stdout, JSON beside it
     python benchmarks/bench.py --quick    # a few seconds; what CI runs to keep it working
+    python benchmarks/bench.py --slow-laps 40   # only slow-lap recording on vs off
 """
 
 from __future__ import annotations
@@ -362,6 +363,47 @@ def metrics_reset_cost(rounds: int, sinks: Sinks) -> dict[str, float]:
     return result
 
 
+def slow_lap_cost(rounds: int, sinks: Sinks) -> dict[str, float]:
+    """Per-section cost of `record()` with slow-lap recording on and off (`None`).
+
+    Aggregate only (nothing reads spans: nothing is recorded, one check per section); and
+    untraced steps with a discarding exporter (`trace_every=0`), where every step is
+    recorded: with a factor no step reaches (the recording alone) and with the default 3,
+    where the steps of this empty loop are so short that noise makes some "slow" and the
+    rate cap's one export in 20 steps shows. A reset every 100 steps, cases interleaved.
+    """
+    factors = {"on": 3.0, "never slow": 1e9, "off": None}
+    cases = {
+        f"{kind} {state}": looptrace_case(
+            "record", kind, sinks, trace_every=0, slow_lap_factor=factors[state]
+        )
+        for kind, states in (("none", ("on", "off")), ("discard", ("on", "never slow", "off")))
+        for state in states
+    }
+    samples: dict[str, list[float]] = {name: [] for name in cases}
+    rng = random.Random(2)
+    for case in cases.values():  # warm-up: one window each, past the first 10 laps
+        case.run(RESET_EVERY)
+    for _ in range(rounds):
+        for name in rng.sample(list(cases), len(cases)):
+            t0 = time.perf_counter_ns()
+            cases[name].run(RESET_EVERY)
+            samples[name].append((time.perf_counter_ns() - t0) / (RESET_EVERY * PER_STEP))
+    for case in cases.values():
+        case.close()
+    median = {name: statistics.median(values) for name, values in samples.items()}
+    return {
+        "aggregate_only_on_ns": median["none on"],
+        "aggregate_only_off_ns": median["none off"],
+        "aggregate_only_on_x_off": median["none on"] / median["none off"],
+        "recorded_ns": median["discard never slow"],
+        "recorded_exported_ns": median["discard on"],
+        "recorded_off_ns": median["discard off"],
+        "recorded_x_off": median["discard never slow"] / median["discard off"],
+        "recorded_exported_x_off": median["discard on"] / median["discard off"],
+    }
+
+
 def iterate_cost(items: int, rounds: int) -> dict[str, float]:
     """Per-item cost of `train.iterate(loader)` against the same lap and `data` by hand.
 
@@ -550,6 +592,9 @@ def targets_of(rows: list[dict[str, Any]], extra: dict[str, Any]) -> dict[str, f
             "app MeterProvider x floor"
         ]
         / extra["metrics_reset"]["aggregate only x floor"],
+        "slow-lap recording on / off, aggregate only (<= 1.03)": extra["slow_laps"][
+            "aggregate_only_on_x_off"
+        ],
         "sections never lapped / lapped, default sampling (<= 1.5)": ratio(
             "looptrace sections-only(), default sampling, discard",
             "looptrace section(), default sampling, discard",
@@ -602,6 +647,15 @@ def print_report(
         f"record('data')): {it['by_hand_ns_per_item']:.0f} ns/item, bare loop "
         f"{it['bare_ns_per_item']:.0f} ns/item; iterate x by hand {it['iterate_x_by_hand']:.2f}"
     )
+    slow = extra["slow_laps"]
+    print(
+        "slow-lap recording, record() per section: aggregate only, on / off "
+        f"{slow['aggregate_only_on_ns']:.0f} / {slow['aggregate_only_off_ns']:.0f} ns = "
+        f"{slow['aggregate_only_on_x_off']:.3f}; untraced steps with an exporter, recorded "
+        f"/ off {slow['recorded_ns']:.0f} / {slow['recorded_off_ns']:.0f} ns = "
+        f"{slow['recorded_x_off']:.3f}, with the capped exports of this empty loop "
+        f"{slow['recorded_exported_ns']:.0f} ns = {slow['recorded_exported_x_off']:.3f}"
+    )
     reset = extra["metrics_reset"]
     print(
         "per section with its share of reset(), x floor: "
@@ -618,7 +672,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a few seconds, for CI")
     parser.add_argument("--json", type=Path, default=Path(__file__).with_name("results.json"))
+    parser.add_argument(
+        "--slow-laps", type=int, metavar="ROUNDS", help="only the slow-lap recording figure"
+    )
     args = parser.parse_args(argv)
+    if args.slow_laps:
+        print(json.dumps(slow_lap_cost(args.slow_laps, {}), indent=2))
+        return 0
     # The stalled receiver makes the OTLP exporter time out by design; its error log would
     # only clutter the table.
     logging.getLogger("opentelemetry.exporter.otlp.proto.grpc.exporter").setLevel(logging.CRITICAL)
@@ -689,6 +749,7 @@ def main(argv: list[str] | None = None) -> int:
         "export": export_throughput(50 if args.quick else 500, sinks),
         "iterate": iterate_cost(1_000 if args.quick else 20_000, 5 if args.quick else 15),
         "metrics_reset": metrics_reset_cost(3 if args.quick else 30, sinks),
+        "slow_laps": slow_lap_cost(5 if args.quick else 40, sinks),
     }
     receiver.stop()
     stalled.close()

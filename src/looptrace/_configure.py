@@ -26,7 +26,8 @@ from looptrace._export.files import FLUSH_TIMEOUT_S, FileOutputs, PathLike
 from looptrace._export.id_generator import StepIdGenerator
 from looptrace._export.outputs import Outputs
 from looptrace._export.processor import SCOPE, AggregatingSpanProcessor
-from looptrace._export.settings import ExportOptions
+from looptrace._export.settings import ExportOptions, SlowLapFactor
+from looptrace._export.settings import slow_lap_factor as slow_lap_factor_of
 from looptrace._looptrace import Looptrace
 from looptrace._stats.aggregator import Aggregator
 from looptrace._stats.errors import ConfigError
@@ -61,6 +62,7 @@ def configure(
     traces_exporter: str | None = None,
     metrics_exporter: str | None = None,
     prometheus: str | int | bool | None = None,
+    slow_lap_factor: SlowLapFactor = "auto",
 ) -> Looptrace:
     """Set up looptrace and return the handle that makes timers and resets windows.
 
@@ -116,6 +118,10 @@ def configure(
         metrics_exporter: `"otlp"`, `"prometheus"`, `"none"` (as `OTEL_METRICS_EXPORTER`).
         prometheus: serve `/metrics` for Prometheus at `"host:port"` or a port (host
             127.0.0.1; the local rank is added to the port), True for the default 9464.
+        slow_lap_factor: trace an untraced step in full when it takes more than this many
+            times the recent median of its timer (default 3; see the README, "Finding a
+            straggler"); `None` or `"off"` turns it off; `"auto"` (the default) reads
+            `LOOPTRACE_SLOW_LAP_FACTOR`.
 
     Each exporter argument falls back to its standard `OTEL_*` variable (see the README).
     Environment variables turn exporters on only for the providers looptrace creates itself.
@@ -125,6 +131,7 @@ def configure(
 
     """
     sampler = LapSampler.resolve(trace_every, trace_first)
+    slow_factor = slow_lap_factor_of(slow_lap_factor)
     if isinstance(max_paths, bool) or not isinstance(max_paths, int) or not 1 <= max_paths <= 10**6:
         raise ConfigError(f"max_paths must be at least 1 and at most 1000000, got {max_paths!r}")
     rank = RankInfo.from_env() if rank is None else rank
@@ -213,6 +220,7 @@ def configure(
         span_attributes=rank.span_attributes(),
         incidents=incidents,
         device_clock=None if device_sync else device_clock,
+        slow_lap_factor=slow_factor,
     )
     if isinstance(provider, SdkTracerProvider) and processor is not None:
         engine.spans_read = _other_processors(provider, processor)

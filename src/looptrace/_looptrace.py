@@ -128,13 +128,14 @@ class Looptrace:
         return snapshot
 
     def health(self) -> Health:
-        """Return the counts of ignored misuse, swallowed errors, overflows and lost spans."""
+        """Return the counts of misuse, swallowed errors, overflows, losses, capped slow laps."""
         return Health(
             misuse=self._incidents.misuse,
             internal_errors=self._incidents.internal_errors,
             overflowed=self._aggregator.overflowed,
             dropped_spans=self._incidents.dropped_spans,
             failed_metric_pushes=self._incidents.failed_metric_pushes,
+            slow_laps_suppressed=self._incidents.slow_laps_suppressed,
         )
 
     def shutdown(self) -> None:

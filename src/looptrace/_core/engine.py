@@ -16,6 +16,7 @@ from looptrace._core.device import DeviceClock, DeviceTiming
 from looptrace._core.ids import StepTraces
 from looptrace._core.intervals import Interval, ThreadState
 from looptrace._core.sampling import LapSampler
+from looptrace._core.slow_laps import SlowLaps
 from looptrace._core.states import States
 from looptrace._stats.aggregator import FOLD_AT, Aggregator
 from looptrace._stats.attributes import PATH, STEP
@@ -47,6 +48,7 @@ class Engine:
         span_attributes: dict[str, int],
         incidents: Incidents,
         device_clock: DeviceClock | None = None,
+        slow_lap_factor: float | None = None,
     ) -> None:
         self.now = clock.monotonic_ns
         self.anchor = EpochAnchor(clock)
@@ -69,6 +71,17 @@ class Engine:
         self.thread_state = self.states.thread_state
         self.task_state = self.states.task_state
         self.device = DeviceTiming(device_clock, tracer, self.anchor, incidents, self._span_base)
+        # Traces untraced laps much slower than their timer's recent median (None: off).
+        self.slow: SlowLaps | None = None
+        if tracer is not None and slow_lap_factor is not None:
+            self.slow = SlowLaps(
+                slow_lap_factor,
+                tracer,
+                anchor=self.anchor,
+                span_base=self._span_base,
+                step_traces=step_traces,
+                incidents=incidents,
+            )
 
     # -- thread states -------------------------------------------------------------------
 
@@ -104,6 +117,7 @@ class Engine:
         with aggregator.lock:
             with state.lock:
                 batches = state.detach_all()
+                SlowLaps.bound(state)
             for batch in batches:
                 aggregator.merge(*batch)
 
@@ -187,6 +201,7 @@ class Engine:
             interval.device = None  # a forked child cannot use its parent's device context
             pending.extend(interval.children)
         state.device = None
+        state.watched, state.recording, state.record = [], [], None
 
     # -- intervals -----------------------------------------------------------------------
 
@@ -223,6 +238,13 @@ class Engine:
             if context is not None and self.step_traces is not None:
                 self.step_traces.done()  # a device lap's span comes later, without pinned ids
             state.outermost.append(interval)
+            slow = self.slow
+            if (
+                slow is not None
+                and interval.device is None
+                and (context is not None or self.spans_read())
+            ):
+                slow.begin(state, interval, record=context is None)
         else:
             parent.children.append(interval)
         node_state.stack.append(interval)
@@ -302,6 +324,8 @@ class Engine:
         parent = interval.parent
         if parent is None:
             state.outermost.remove(interval)
+            if state.watched and self.slow is not None:
+                self.slow.end(state, interval, now, cut)
         else:
             parent.children.remove(interval)
             parent.child_ns += duration
@@ -315,7 +339,7 @@ class Engine:
         if parent is None and state.device is not None and state.device.pending:
             self.device.resolve(state, wait=False)
 
-    def lap(self, state: ThreadState, interval: Interval, now: int) -> None:
+    def lap(self, state: ThreadState, interval: Interval, now: int) -> None:  # noqa: PLR0912 - hot path, inlined
         """End `interval` and start the next one of its timer at the same instant.
 
         When neither the ended nor the next interval is traced or held by a section entry,
@@ -334,13 +358,11 @@ class Engine:
             and parent is interval.parent
             and not (_ranges.OPEN or _ranges.active())
         )
+        reads = False  # whether something reads spans (asked for outermost laps only)
         if in_place:
             if parent is None:
-                in_place = (
-                    self.tracer is None
-                    or not self.sampler(node_state.laps)
-                    or not self.spans_read()
-                )
+                reads = self.tracer is not None and self.spans_read()
+                in_place = not reads or not self.sampler(node_state.laps)
             else:
                 in_place = self._child_context(parent) is None
         if not in_place:
@@ -359,7 +381,13 @@ class Engine:
         node_state.self_ns += duration - interval.child_ns
         if len(node_state.durations) >= FOLD_AT:
             state.fold_due = True
+        record = state.record
+        if record is not None:  # a slow-lap record runs in this thread
+            record.append((node, start, now, None))
+        slow = self.slow
         if parent is None:
+            if state.watched and slow is not None:
+                slow.end(state, interval, now, False)
             interval.step = node_state.laps
             node_state.laps += 1
             if state.device is not None and state.device.pending:
@@ -368,6 +396,8 @@ class Engine:
             parent.child_ns += duration
         interval.seg_start = interval.start = now
         interval.child_ns = 0
+        if reads and slow is not None and parent is None:  # untraced: recorded
+            slow.begin(state, interval, record=True)
 
     def switch_in_place(
         self, state: ThreadState, current: Interval, child: Timer, now: int
@@ -409,6 +439,9 @@ class Engine:
         ended.self_ns += duration - sibling.child_ns
         if len(ended.durations) >= FOLD_AT:
             state.fold_due = True
+        record = state.record
+        if record is not None:  # a slow-lap record runs in this thread
+            record.append((sibling.node, start, now, None))
         current.child_ns += duration
         stack.pop()
         sibling.node = child
@@ -544,6 +577,9 @@ def _count_ended(
         node_state.errors += 1
     if len(node_state.durations) >= FOLD_AT:
         state.fold_due = True
+    record = state.record
+    if record is not None:  # a slow-lap record runs in this thread
+        record.append((interval.node, start, now, error))
 
 
 def _within(path: str, subtree: str | None) -> bool:

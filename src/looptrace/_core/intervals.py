@@ -12,6 +12,7 @@ from looptrace._stats.attributes import THREAD_ID, THREAD_NAME
 
 if TYPE_CHECKING:
     from looptrace._core.device import DeviceQueue, DeviceTrack
+    from looptrace._core.slow_laps import Entry, LapTimes
     from looptrace._core.timer import Timer
 
 
@@ -23,6 +24,7 @@ class NodeState:
         "durations",
         "errors",
         "held",
+        "lap_times",
         "lapped",
         "laps",
         "path",
@@ -42,6 +44,7 @@ class NodeState:
         # Total time not in `durations`: + the part before a cut of a running interval,
         # - the earlier parts of a cut interval that ended (counted whole in `durations`).
         self.carry_ns = 0
+        self.lap_times: LapTimes | None = None  # recent laps, to find slow ones (outermost)
 
     def detach(self) -> tuple[str, list[int], int, int, int]:
         """Hand over the pending measurements as one batch and start collecting anew."""
@@ -108,7 +111,18 @@ class Interval:
 class ThreadState:
     """The timers of one thread; only `reset()` and thread exit contend for its lock."""
 
-    __slots__ = ("device", "fold_due", "last_cut", "lock", "nodes", "outermost", "thread")
+    __slots__ = (
+        "device",
+        "fold_due",
+        "last_cut",
+        "lock",
+        "nodes",
+        "outermost",
+        "record",
+        "recording",
+        "thread",
+        "watched",
+    )
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -117,6 +131,11 @@ class ThreadState:
         self.fold_due = False  # some node holds FOLD_AT measurements: merge after the call
         self.last_cut = 0  # the instant of the latest `reset()` cut of this thread
         self.device: DeviceQueue | None = None  # device segments waiting for their events
+        # Slow laps: the outermost laps judged when they end, those of them untraced, and
+        # while any is, every interval that ends in this thread (None: nothing recorded).
+        self.watched: list[Interval] = []
+        self.recording: list[Interval] = []
+        self.record: list[Entry] | None = None
         # Made in the thread it describes. Outermost lap spans carry it (their sections are in
         # the same thread), so viewers can lay threads apart.
         self.thread: dict[str, str | int] = {

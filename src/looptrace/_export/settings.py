@@ -7,12 +7,15 @@ thread later. Header values never appear in messages or reprs.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Literal
 
 from looptrace._export.otlp_settings import DEFAULT_TIMEOUT_S, OtlpSettings, Signal, otlp_settings
 from looptrace._export.settings_table import (
+    float_value,
     int_bounds,
     int_value,
     setting,
@@ -26,6 +29,10 @@ _METRIC_EXPORTERS = frozenset(setting("OTEL_METRICS_EXPORTER").choices)
 _DEFAULT_PROMETHEUS_HOST = str_value("OTEL_EXPORTER_PROMETHEUS_HOST")
 _DEFAULT_PROMETHEUS_PORT = int_value("OTEL_EXPORTER_PROMETHEUS_PORT")
 _PORT_LOW, _PORT_HIGH = int_bounds("OTEL_EXPORTER_PROMETHEUS_PORT")
+_SLOW_LAP = "LOOPTRACE_SLOW_LAP_FACTOR"
+_SLOW_LAP_LOW = float(setting(_SLOW_LAP).low or 1.0)
+
+SlowLapFactor = float | Literal["auto", "off"] | None  # `configure(slow_lap_factor=...)`
 
 
 @dataclass(frozen=True)
@@ -223,3 +230,42 @@ def _batch(env: Mapping[str, str]) -> BatchSettings:
             f"({values['max_export_batch_size']} > {values['max_queue_size']})"
         )
     return BatchSettings(**values)
+
+
+# -- slow laps ---------------------------------------------------------------------------
+
+
+def slow_lap_factor(
+    argument: SlowLapFactor, environ: Mapping[str, str] | None = None
+) -> float | None:
+    """Resolve `slow_lap_factor`: a number, `None` or `"off"` (off), or `"auto"` (the variable).
+
+    `"auto"` takes `LOOPTRACE_SLOW_LAP_FACTOR` (a number or `off`), else the table's default.
+    """
+    if argument is None or argument == "off":
+        return None
+    if argument == "auto":
+        env = os.environ if environ is None else environ
+        text = env.get(_SLOW_LAP, "").strip()
+        if not text:
+            return float_value(_SLOW_LAP)
+        if text.lower() == "off":
+            return None
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        return _checked_factor(value, _SLOW_LAP, text[:40])
+    if isinstance(argument, bool) or not isinstance(argument, (int, float)):
+        raise ConfigError(
+            f"slow_lap_factor: expected a number, None, 'off' or 'auto', got {argument!r}"[:200]
+        )
+    return _checked_factor(float(argument), "slow_lap_factor", argument)
+
+
+def _checked_factor(value: float, source: str, shown: object) -> float:
+    if not (math.isfinite(value) and value > _SLOW_LAP_LOW):
+        raise ConfigError(
+            f"{source}: expected a number above {_SLOW_LAP_LOW:g} or 'off', got {shown!r}"
+        )
+    return value

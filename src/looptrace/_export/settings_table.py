@@ -205,6 +205,14 @@ SETTINGS: tuple[Setting, ...] = (
         low=1,
         high=1_000_000,
     ),
+    Setting(
+        "LOOPTRACE_SLOW_LAP_FACTOR",
+        "slow_lap_factor",
+        "an untraced step that takes more than this many times its timer's recent median "
+        "(a number above {low}) is traced in full; `off` (the argument: `None`) turns it off",
+        3.0,
+        low=1.0,
+    ),
 )
 
 _BY_NAME = {setting.name: setting for setting in SETTINGS}

@@ -6,3 +6,4 @@ DEVICE = "looptrace.device"  # True on spans timed by device events
 SPAN_NAME = "span.name"  # the last path segment, as the OpenTelemetry span-metrics name it
 THREAD_ID = "thread.id"  # threading.get_ident() of the thread that timed the section
 THREAD_NAME = "thread.name"  # its name, e.g. MainThread
+SLOW_LAP = "looptrace.slow_lap"  # on a lap traced for its slowness: its time over the median

@@ -21,6 +21,8 @@ class Health:
         dropped_spans: spans an exporter failed to deliver.
         failed_metric_pushes: OTLP metric pushes that were not delivered (the next push
             carries the totals again, so a failure loses no counts while a later one succeeds).
+        slow_laps_suppressed: slow laps not traced because the rate cap was spent (at most one
+            lap in 20 of a timer, on average, is traced for being slow).
 
     """
 
@@ -29,6 +31,7 @@ class Health:
     overflowed: int = 0
     dropped_spans: int = 0
     failed_metric_pushes: int = 0
+    slow_laps_suppressed: int = 0
 
 
 class Incidents:
@@ -39,6 +42,7 @@ class Incidents:
         self.internal_errors = 0
         self.dropped_spans = 0
         self.failed_metric_pushes = 0
+        self.slow_laps_suppressed = 0
         self._seen: set[str] = set()
         self._lock = threading.Lock()
 
@@ -80,6 +84,11 @@ class Incidents:
                 "totals again, and further failures are counted in "
                 "lt.health().failed_metric_pushes, not logged"
             )
+
+    def slow_lap_suppressed(self) -> None:
+        """Count one slow lap left untraced by the rate cap (not logged: it is no failure)."""
+        with self._lock:
+            self.slow_laps_suppressed += 1
 
     def failed(self, where: str) -> None:
         """Count one swallowed exception; log the first per site with its traceback.
