@@ -28,6 +28,7 @@ COMPILED = [
         "_core/iterate",
         "_core/ranges",
         "_core/sampling",
+        "_core/slow_laps",
         "_core/states",
         "_core/timer",
         "_stats/aggregator",
