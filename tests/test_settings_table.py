@@ -23,12 +23,12 @@ from looptrace._export.settings import (
 from looptrace._export.settings_table import (
     DEFAULT_ENDPOINTS,
     SETTINGS,
+    env_value,
     int_value,
     option_help,
     readme_rows,
     setting,
     str_value,
-    variable,
 )
 from looptrace._offline import replay as _replay
 from looptrace._offline.commands import add_commands
@@ -197,21 +197,21 @@ def test_every_variable_the_package_names_is_the_tables() -> None:
             re.findall(r"\b(?:OTEL|LOOPTRACE)_[A-Z0-9_]*[A-Z0-9]\b", module.read_text())
         ):
             try:
-                variable(name, {})
+                env_value(name, {})
             except KeyError:
                 unknown.append(f"{module.relative_to(PACKAGE)}: {name}")
     assert unknown == []
 
 
 def test_the_table_reads_only_its_own_variables() -> None:
-    """`variable()` reads the table's names and their per-signal forms, and refuses others."""
+    """`env_value()` reads the table's names and their per-signal forms, and refuses others."""
     environ = {"OTEL_EXPORTER_OTLP_METRICS_TIMEOUT": "3", "OTEL_SERVICE_NAME": "s"}
-    assert variable("OTEL_EXPORTER_OTLP_METRICS_TIMEOUT", environ) == "3"
-    assert variable("OTEL_SERVICE_NAME", environ) == "s"
-    assert variable("OTEL_SDK_DISABLED", environ) == ""
+    assert env_value("OTEL_EXPORTER_OTLP_METRICS_TIMEOUT", environ) == "3"
+    assert env_value("OTEL_SERVICE_NAME", environ) == "s"
+    assert env_value("OTEL_SDK_DISABLED", environ) == ""
     for name in ("OTEL_TRACES_SERVICE_NAME", "OTEL_EXPORTER_PROMETHEUS_TRACES_PORT", "HOME"):
         with pytest.raises(KeyError, match=f"{name} is not a variable of the settings table"):
-            variable(name, environ)
+            env_value(name, environ)
 
 
 def test_only_the_settings_resolvers_take_the_environment() -> None:

@@ -31,7 +31,7 @@ class Tracing:
     step_traces: StepTraces | None = None
 
     def spans_read(self) -> Callable[[], bool] | None:
-        """Return the engine's test of whether anyone reads spans; None: always assume so."""
+        """Return the engine's test of whether anyone reads spans; None keeps its default (yes)."""
         if isinstance(self.provider, SdkTracerProvider) and self.processor is not None:
             return _other_processors(self.provider, self.processor)
         return None

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from looptrace._core.sampling import DEFAULT_TRACE_EVERY, DEFAULT_TRACE_FIRST, LapSampler
 from looptrace._export.files import PathLike
 from looptrace._export.settings_table import (
+    env_value,
     float_value,
     number_bounds,
     setting,
     str_value,
-    variable,
 )
 from looptrace._stats.errors import ConfigError
 
@@ -58,10 +58,10 @@ def resolve_run(
     return RunSettings(
         sampler=lap_sampler(trace_every, trace_first, env),
         service_name=(
-            service_name or variable("OTEL_SERVICE_NAME", env) or str_value("OTEL_SERVICE_NAME")
+            service_name or env_value("OTEL_SERVICE_NAME", env) or str_value("OTEL_SERVICE_NAME")
         ),
-        disabled=variable("OTEL_SDK_DISABLED", env).strip().lower() == "true",
-        run_id=run_id or variable("LOOPTRACE_RUN_ID", env) or None,
+        disabled=env_value("OTEL_SDK_DISABLED", env).strip().lower() == "true",
+        run_id=run_id or env_value("LOOPTRACE_RUN_ID", env) or None,
         trace_file=trace_file if trace_file is not None else _path("LOOPTRACE_TRACE_FILE", env),
         snapshot_file=(
             snapshot_file if snapshot_file is not None else _path("LOOPTRACE_SNAPSHOT_FILE", env)
@@ -89,7 +89,7 @@ def lap_sampler(
 
 def _from_otel_sampler(env: Mapping[str, str]) -> tuple[int, int]:
     """Return (trace_every, trace_first) as `OTEL_TRACES_SAMPLER[_ARG]` ask."""
-    raw = variable(_SAMPLER, env)
+    raw = env_value(_SAMPLER, env)
     name = raw.strip().lower().removeprefix("parentbased_")
     if not name:
         return DEFAULT_TRACE_EVERY, DEFAULT_TRACE_FIRST
@@ -107,7 +107,7 @@ def _from_otel_sampler(env: Mapping[str, str]) -> tuple[int, int]:
 
 def _every_for_ratio(env: Mapping[str, str]) -> int:
     """Return the step interval of `traceidratio`: every `round(1/r)`-th, none for r = 0."""
-    raw = variable(_SAMPLER_ARG, env) or str(float_value(_SAMPLER_ARG))
+    raw = env_value(_SAMPLER_ARG, env) or str(float_value(_SAMPLER_ARG))
     try:
         ratio = float(raw)
     except ValueError:
@@ -119,4 +119,4 @@ def _every_for_ratio(env: Mapping[str, str]) -> int:
 
 
 def _path(name: str, env: Mapping[str, str]) -> str | None:
-    return variable(name, env) or None
+    return env_value(name, env) or None

@@ -2,7 +2,7 @@
 
 The resolvers (`run_settings` for configure()'s own settings, `settings` and `otlp_settings`
 for the exporters') take their defaults, bounds and choices from it and read the environment
-through `variable()`, which knows only the table's names; `looptrace replay` takes its
+through `env_value()`, which knows only the table's names; `looptrace replay` takes its
 options' names and help from it, and the README's settings table is rendered from it
 (`readme_rows()`; a test keeps the two equal and prints the rows). The OTLP variables also
 exist per signal, with `TRACES_` or `METRICS_` after `OTEL_EXPORTER_OTLP_`; the per-signal
@@ -258,7 +258,7 @@ def setting(name: str) -> Setting:
     return _BY_NAME[name]
 
 
-def variable(name: str, environ: Mapping[str, str]) -> str:
+def env_value(name: str, environ: Mapping[str, str]) -> str:
     """Return the value of variable `name` in `environ`, `""` when unset.
 
     Only the table's variables (and the per-signal forms of its OTLP ones) can be read:
