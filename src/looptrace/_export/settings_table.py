@@ -251,6 +251,7 @@ SETTINGS: tuple[Setting, ...] = (
 )
 
 _BY_NAME = {setting.name: setting for setting in SETTINGS}
+_PER_SIGNAL = re.compile(r"^OTEL_EXPORTER_OTLP_(?:TRACES|METRICS)_")
 
 
 def setting(name: str) -> Setting:
@@ -268,9 +269,6 @@ def env_value(name: str, environ: Mapping[str, str]) -> str:
     if name not in _BY_NAME and not (general in _BY_NAME and _BY_NAME[general].per_signal):
         raise KeyError(f"{name} is not a variable of the settings table")
     return environ.get(name, "")
-
-
-_PER_SIGNAL = re.compile(r"^OTEL_EXPORTER_OTLP_(?:TRACES|METRICS)_")
 
 
 def int_value(name: str) -> int:
