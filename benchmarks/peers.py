@@ -33,7 +33,7 @@ class MegatronTimer:
 
 
 class MegatronTimers:
-    """Megatron-LM's `Timers`: `timers(name, log_level)` returns the named timer, made on first use."""
+    """Megatron-LM's `Timers`: `timers(name, log_level)` returns the named timer (made once)."""
 
     def __init__(self, log_level: int = 2) -> None:
         self.log_level = log_level

@@ -234,3 +234,13 @@ def trace_attributes(dashboard: dict[str, Any], datasources: dict[str, Any]) -> 
         links = source.get("jsonData", {}).get("tracesToMetrics") or {}
         found.update(f"span.{tag['key']}" for tag in links.get("tags", []))
     return found
+
+
+def load_yaml_all(path: Path) -> list[dict[str, Any]]:
+    """Return every document of a multi-document YAML file."""
+    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+
+
+def sbatch_text() -> str:
+    """Return the Slurm recipe."""
+    return (DEPLOY / "slurm" / "looptrace.sbatch").read_text()

@@ -7,9 +7,7 @@ the same port; `StalledServer` accepts connections and never answers.
 
 from __future__ import annotations
 
-import datetime
 import gzip
-import ipaddress
 import socket
 import ssl
 import threading
@@ -17,21 +15,15 @@ import time
 import zlib
 from collections.abc import Callable
 from concurrent import futures
-from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
 import grpc
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metrics_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
-LOCALHOST = "127.0.0.1"
+from .otlp_wire import attributes, metric_points
+from .tls import LOCALHOST, Tls
 
 
 def free_port() -> int:
@@ -50,58 +42,6 @@ def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 
         if time.monotonic() > deadline:
             return False
         time.sleep(interval)
-
-
-@dataclass(frozen=True)
-class Tls:
-    """A self-signed certificate for 127.0.0.1 and its key, as PEM files."""
-
-    cert: Path
-    key: Path
-
-    @classmethod
-    def generate(cls, directory: Path) -> Tls:
-        """Write a fresh self-signed certificate valid for 127.0.0.1 and localhost."""
-        key = ec.generate_private_key(ec.SECP256R1())
-        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "looptrace test receiver")])
-        now = datetime.datetime.now(datetime.timezone.utc)
-        cert = (
-            x509.CertificateBuilder()
-            .subject_name(name)
-            .issuer_name(name)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(
-                x509.SubjectAlternativeName(
-                    [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address(LOCALHOST))]
-                ),
-                critical=False,
-            )
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .sign(key, hashes.SHA256())
-        )
-        cert_path, key_path = directory / "receiver.crt", directory / "receiver.key"
-        cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-        key_path.write_bytes(
-            key.private_bytes(
-                serialization.Encoding.PEM,
-                serialization.PrivateFormat.PKCS8,
-                serialization.NoEncryption(),
-            )
-        )
-        return cls(cert_path, key_path)
-
-
-def attributes(values: Any) -> dict[str, Any]:
-    """Return OTLP `KeyValue`s as a plain dict."""
-    return {kv.key: _value(kv.value) for kv in values}
-
-
-def _value(value: AnyValue) -> Any:
-    kind = value.WhichOneof("value")
-    return None if kind is None else getattr(value, kind)
 
 
 class OtlpReceiver:
@@ -190,7 +130,7 @@ class OtlpReceiver:
         for resource_metrics in request.resource_metrics:
             for scope_metrics in resource_metrics.scope_metrics:
                 for metric in scope_metrics.metrics:
-                    result[metric.name] = _points(metric)
+                    result[metric.name] = metric_points(metric)
         return result
 
     def _accept(self, headers: dict[str, str]) -> bool:
@@ -348,51 +288,6 @@ class OtlpReceiver:
         # stop() waits for the serving loop's next poll: make it short, not the 0.5 s default
         threading.Thread(target=server.serve_forever, args=(0.01,), daemon=True).start()
         self._http = server
-
-
-def _points(metric: Any) -> dict[str, Any]:
-    kind = metric.WhichOneof("data")
-    data = getattr(metric, kind)
-    points: dict[str, Any] = {}
-    for point in data.data_points:
-        attrs = attributes(point.attributes)
-        key = attrs.get("looptrace.path", "")
-        if "quantile" in attrs:  # the window quantiles: one point per path and quantile
-            key = f"{key} q{attrs['quantile']}"
-        entry: dict[str, Any] = {
-            "attributes": attrs,
-            "start": point.start_time_unix_nano,
-            "time": point.time_unix_nano,
-        }
-        if kind == "histogram":
-            entry.update(
-                count=point.count,
-                sum=round(point.sum, 9),
-                buckets=list(point.bucket_counts),
-                bounds=list(point.explicit_bounds),
-                min=point.min,
-                max=point.max,
-            )
-            if point.exemplars:
-                entry["exemplars"] = [
-                    {
-                        "value": e.as_double,
-                        "time": e.time_unix_nano,
-                        "trace_id": e.trace_id.hex(),
-                        "span_id": e.span_id.hex(),
-                    }
-                    for e in point.exemplars
-                ]
-        else:
-            entry["value"] = (
-                point.as_int if point.WhichOneof("value") == "as_int" else point.as_double
-            )
-        points[key] = entry
-    if kind != "gauge":
-        points["_temporality"] = data.aggregation_temporality
-    if kind == "sum":
-        points["_monotonic"] = data.is_monotonic
-    return points
 
 
 class StalledServer:

@@ -6,6 +6,7 @@ import pytest
 
 from looptrace import ConfigError
 from looptrace._core.sampling import LapSampler
+from looptrace._export.run_settings import lap_sampler
 
 
 def _traced(sampler: LapSampler, laps: int = 250) -> list[int]:
@@ -14,20 +15,20 @@ def _traced(sampler: LapSampler, laps: int = 250) -> list[int]:
 
 def test_default_traces_first_ten_then_every_hundredth() -> None:
     """With nothing configured, steps 0-9 and every 100th are traced."""
-    sampler = LapSampler.resolve(None, None, environ={})
+    sampler = lap_sampler(None, None, {})
     assert _traced(sampler) == [*range(10), 100, 200]
 
 
 def test_explicit_trace_every_alone_means_multiples_only() -> None:
     """trace_every=N alone traces exactly the multiples of N, lap 0 included."""
-    assert _traced(LapSampler.resolve(50, None, environ={})) == [0, 50, 100, 150, 200]
-    assert _traced(LapSampler.resolve(1, None, environ={}), 5) == [0, 1, 2, 3, 4]
+    assert _traced(lap_sampler(50, None, {})) == [0, 50, 100, 150, 200]
+    assert _traced(lap_sampler(1, None, {}), 5) == [0, 1, 2, 3, 4]
 
 
 def test_trace_first_and_every_combine() -> None:
     """trace_first=K adds the first K steps to the multiples of trace_every."""
-    assert _traced(LapSampler.resolve(100, 3, environ={})) == [0, 1, 2, 100, 200]
-    assert _traced(LapSampler.resolve(0, 2, environ={})) == [0, 1]
+    assert _traced(lap_sampler(100, 3, {})) == [0, 1, 2, 100, 200]
+    assert _traced(lap_sampler(0, 2, {})) == [0, 1]
 
 
 @pytest.mark.parametrize(
@@ -44,12 +45,12 @@ def test_trace_first_and_every_combine() -> None:
 )
 def test_otel_traces_sampler_maps_onto_laps(env: dict[str, str], expected: list[int]) -> None:
     """The standard sampler variables choose laps deterministically (the same on every rank)."""
-    assert _traced(LapSampler.resolve(None, None, environ=env), 12) == expected
+    assert _traced(lap_sampler(None, None, env), 12) == expected
 
 
 def test_explicit_argument_beats_environment() -> None:
     """An explicit trace_every wins over OTEL_TRACES_SAMPLER."""
-    sampler = LapSampler.resolve(3, None, environ={"OTEL_TRACES_SAMPLER": "always_off"})
+    sampler = lap_sampler(3, None, {"OTEL_TRACES_SAMPLER": "always_off"})
     assert _traced(sampler, 7) == [0, 3, 6]
 
 
@@ -70,7 +71,7 @@ def test_explicit_argument_beats_environment() -> None:
 def test_bad_sampler_settings_name_the_variable(env: dict[str, str], message: str) -> None:
     """Unsupported or malformed sampler variables raise an error naming them."""
     with pytest.raises(ConfigError, match=message):
-        LapSampler.resolve(None, None, environ=env)
+        lap_sampler(None, None, env)
 
 
 def test_negative_values_rejected() -> None:

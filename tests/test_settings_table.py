@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import inspect
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +23,7 @@ from looptrace._export.settings import (
 from looptrace._export.settings_table import (
     DEFAULT_ENDPOINTS,
     SETTINGS,
+    env_value,
     int_value,
     option_help,
     readme_rows,
@@ -169,3 +171,54 @@ def test_service_name_default_is_the_tables() -> None:
         timeout=60,
     )
     assert result.stdout.strip() == str_value("OTEL_SERVICE_NAME")
+
+
+PACKAGE = Path(looptrace.__file__).parent
+# Modules that hand the process environment to a reader: the table's resolvers and the CLI,
+# the launcher's rank variables (`_distributed/ranks.py`, a table of launchers of its own),
+# the NVTX tool's attach variable (`_core/ranges.py`), and `LapSampler.resolve`, which
+# configure() no longer calls (its variables are the table's).
+ENVIRONMENT_READERS = {
+    "_export/run_settings.py",
+    "_export/settings.py",
+    "_offline/replay.py",
+    "_offline/commands.py",
+    "_distributed/ranks.py",
+    "_core/ranges.py",
+    "_core/sampling.py",
+}
+
+
+def test_every_variable_the_package_names_is_the_tables() -> None:
+    """Each OTEL_*/LOOPTRACE_* name in the package is a table row (or a per-signal form of one)."""
+    unknown = []
+    for module in sorted(PACKAGE.rglob("*.py")):
+        for name in set(
+            re.findall(r"\b(?:OTEL|LOOPTRACE)_[A-Z0-9_]*[A-Z0-9]\b", module.read_text())
+        ):
+            try:
+                env_value(name, {})
+            except KeyError:
+                unknown.append(f"{module.relative_to(PACKAGE)}: {name}")
+    assert unknown == []
+
+
+def test_the_table_reads_only_its_own_variables() -> None:
+    """`env_value()` reads the table's names and their per-signal forms, and refuses others."""
+    environ = {"OTEL_EXPORTER_OTLP_METRICS_TIMEOUT": "3", "OTEL_SERVICE_NAME": "s"}
+    assert env_value("OTEL_EXPORTER_OTLP_METRICS_TIMEOUT", environ) == "3"
+    assert env_value("OTEL_SERVICE_NAME", environ) == "s"
+    assert env_value("OTEL_SDK_DISABLED", environ) == ""
+    for name in ("OTEL_TRACES_SERVICE_NAME", "OTEL_EXPORTER_PROMETHEUS_TRACES_PORT", "HOME"):
+        with pytest.raises(KeyError, match=f"{name} is not a variable of the settings table"):
+            env_value(name, environ)
+
+
+def test_only_the_settings_resolvers_take_the_environment() -> None:
+    """No module outside the known readers touches `os.environ` or `getenv`."""
+    readers = {
+        str(module.relative_to(PACKAGE))
+        for module in PACKAGE.rglob("*.py")
+        if re.search(r"os\.environ|getenv", module.read_text())
+    }
+    assert readers - ENVIRONMENT_READERS == set()

@@ -31,9 +31,6 @@ from looptrace._stats.errors import ConfigError
 from looptrace._stats.health import Incidents
 from looptrace._stats.snapshot import Snapshot
 
-TRACE_FILE_ENV = "LOOPTRACE_TRACE_FILE"
-SNAPSHOT_FILE_ENV = "LOOPTRACE_SNAPSHOT_FILE"
-
 PathLike = str | os.PathLike[str]
 
 
@@ -332,10 +329,6 @@ class FileOutputs:
         incidents: Incidents,
         tracing: bool,
     ) -> None:
-        if trace_file is None:
-            trace_file = os.environ.get(TRACE_FILE_ENV) or None
-        if snapshot_file is None:
-            snapshot_file = os.environ.get(SNAPSHOT_FILE_ENV) or None
         self.exporter: OtlpJsonFileExporter | None = None
         self.snapshots: SnapshotFileWriter | None = None
         self.processor: SpanFileProcessor | None = None

@@ -16,6 +16,7 @@ from urllib.parse import SplitResult, unquote, urlsplit
 
 from looptrace._export.settings_table import (
     DEFAULT_ENDPOINTS,
+    env_value,
     float_value,
     high,
     setting,
@@ -116,7 +117,7 @@ def _lookup(
     if explicit is not None:
         return None, argument
     for variable in (signal_variable(name, signal), name):
-        value = env.get(variable, "").strip()
+        value = env_value(variable, env).strip()
         if value:
             return value, variable
     return None, name
@@ -164,14 +165,11 @@ def _endpoint(
         raw, source, base = options.otlp_endpoint, "otlp_endpoint", True
     else:
         per_signal = signal_variable("OTEL_EXPORTER_OTLP_ENDPOINT", signal)
-        if env.get(per_signal, "").strip():
-            raw, source, base = env[per_signal], per_signal, False
-        elif env.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip():
-            raw, source, base = (
-                env["OTEL_EXPORTER_OTLP_ENDPOINT"],
-                "OTEL_EXPORTER_OTLP_ENDPOINT",
-                True,
-            )
+        general = "OTEL_EXPORTER_OTLP_ENDPOINT"
+        if env_value(per_signal, env).strip():
+            raw, source, base = env_value(per_signal, env), per_signal, False
+        elif env_value(general, env).strip():
+            raw, source, base = env_value(general, env), general, True
         else:
             raw, source, base = DEFAULT_ENDPOINTS[protocol], "the default endpoint", True
     if not isinstance(raw, str):

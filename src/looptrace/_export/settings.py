@@ -15,6 +15,7 @@ from typing import Literal
 
 from looptrace._export.otlp_settings import DEFAULT_TIMEOUT_S, OtlpSettings, Signal, otlp_settings
 from looptrace._export.settings_table import (
+    env_value,
     float_value,
     int_bounds,
     int_value,
@@ -137,13 +138,13 @@ def _choice(
     if explicit is not None:
         return _names(explicit, f"{signal}_exporter", allowed)
     variable = f"OTEL_{signal.upper()}_EXPORTER"
-    if owns and env.get(variable, "").strip():
-        return _names(env[variable], variable, allowed)
+    if owns and env_value(variable, env).strip():
+        return _names(env_value(variable, env), variable, allowed)
     endpoint_set = options.otlp_endpoint is not None or (
         owns
         and bool(
-            env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
-            or env.get(signal_variable("OTEL_EXPORTER_OTLP_ENDPOINT", signal))
+            env_value("OTEL_EXPORTER_OTLP_ENDPOINT", env)
+            or env_value(signal_variable("OTEL_EXPORTER_OTLP_ENDPOINT", signal), env)
         )
     )
     return {"otlp"} if endpoint_set else set()
@@ -168,9 +169,9 @@ def _prometheus(
 ) -> PrometheusSettings | None:
     if explicit is False or (explicit is None and not chosen):
         return None
-    host = env.get("OTEL_EXPORTER_PROMETHEUS_HOST", "").strip() or _DEFAULT_PROMETHEUS_HOST
+    host = env_value("OTEL_EXPORTER_PROMETHEUS_HOST", env).strip() or _DEFAULT_PROMETHEUS_HOST
     source = "OTEL_EXPORTER_PROMETHEUS_PORT"
-    port_text = env.get(source, "").strip() or str(_DEFAULT_PROMETHEUS_PORT)
+    port_text = env_value(source, env).strip() or str(_DEFAULT_PROMETHEUS_PORT)
     if explicit is None or explicit is True:
         pass
     elif isinstance(explicit, int):
@@ -214,7 +215,7 @@ def _batch(env: Mapping[str, str]) -> BatchSettings:
         ("max_queue_size", "OTEL_BSP_MAX_QUEUE_SIZE"),
         ("max_export_batch_size", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE"),
     ):
-        text = env.get(variable, "").strip()
+        text = env_value(variable, env).strip()
         if not text:
             values[attr] = getattr(defaults, attr)
             continue
@@ -246,7 +247,7 @@ def slow_lap_factor(
         return None
     if argument == "auto":
         env = os.environ if environ is None else environ
-        text = env.get(_SLOW_LAP, "").strip()
+        text = env_value(_SLOW_LAP, env).strip()
         if not text:
             return float_value(_SLOW_LAP)
         if text.lower() == "off":

@@ -1,15 +1,21 @@
-"""Every exporter setting in one table: variable, `configure()` argument, CLI option, default.
+"""Every variable looptrace reads, in one table: variable, argument, CLI option, default.
 
-The resolvers (`settings`, `otlp_settings`) take their defaults, bounds and choices from it,
-`looptrace replay` its options' names and help, and the README's settings table is rendered
-from it (`readme_rows()`; a test keeps the two equal and prints the rows). The OTLP
-variables also exist per signal, with `TRACES_` or `METRICS_` after `OTEL_EXPORTER_OTLP_`;
-the per-signal variable wins over the general one.
+The resolvers (`run_settings` for configure()'s own settings, `settings` and `otlp_settings`
+for the exporters') take their defaults, bounds and choices from it and read the environment
+through `env_value()`, which knows only the table's names; `looptrace replay` takes its
+options' names and help from it, and the README's settings table is rendered from it
+(`readme_rows()`; a test keeps the two equal and prints the rows). The OTLP variables also
+exist per signal, with `TRACES_` or `METRICS_` after `OTEL_EXPORTER_OTLP_`; the per-signal
+variable wins over the general one.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+
+from looptrace._core.sampling import DEFAULT_TRACE_EVERY, DEFAULT_TRACE_FIRST
 
 _HOUR_MS = 3_600_000
 
@@ -60,6 +66,43 @@ SETTINGS: tuple[Setting, ...] = (
         "false",
     ),
     Setting("OTEL_SERVICE_NAME", "service_name", "`service.name` of the Resource", "looptrace"),
+    Setting(
+        "OTEL_TRACES_SAMPLER",
+        "trace_every",
+        "which steps are traced: `always_on` every one, `always_off` none, `traceidratio` "
+        "every `round(1/r)`-th (each also as `parentbased_...`); the arguments `trace_every` "
+        "and `trace_first` win over it",
+        default=f"the first {DEFAULT_TRACE_FIRST} steps and every {DEFAULT_TRACE_EVERY}th",
+        choices=("always_on", "always_off", "traceidratio"),
+    ),
+    Setting(
+        "OTEL_TRACES_SAMPLER_ARG",
+        None,
+        "the ratio r of `traceidratio`, {low} to {high}",
+        1.0,
+        low=0.0,
+        high=1.0,
+    ),
+    Setting(
+        "LOOPTRACE_RUN_ID",
+        "run_id",
+        "the run, for trace ids shared by all ranks (one trace per step)",
+        default="the launcher's job id (torchrun, Slurm, Open MPI), else random ids",
+    ),
+    Setting(
+        "LOOPTRACE_TRACE_FILE",
+        "trace_file",
+        "append spans to this file as OTLP/JSON lines (`files` extra); `{{rank}}` is replaced "
+        "by the rank, else jobs of several processes get `.rank<N>` before the suffix",
+        default="none",
+    ),
+    Setting(
+        "LOOPTRACE_SNAPSHOT_FILE",
+        "snapshot_file",
+        "append each `reset()` window's statistics to this file as JSON lines, named per rank "
+        "like the span file",
+        default="none",
+    ),
     Setting(
         "OTEL_TRACES_EXPORTER",
         "traces_exporter",
@@ -216,11 +259,24 @@ SETTINGS: tuple[Setting, ...] = (
 )
 
 _BY_NAME = {setting.name: setting for setting in SETTINGS}
+_PER_SIGNAL = re.compile(r"^OTEL_EXPORTER_OTLP_(?:TRACES|METRICS)_")
 
 
 def setting(name: str) -> Setting:
     """Return the setting of variable `name` (its general form for the per-signal ones)."""
     return _BY_NAME[name]
+
+
+def env_value(name: str, environ: Mapping[str, str]) -> str:
+    """Return the value of variable `name` in `environ`, `""` when unset.
+
+    Only the table's variables (and the per-signal forms of its OTLP ones) can be read:
+    any other name is a `KeyError`, so a variable looptrace reads is a documented one.
+    """
+    general = _PER_SIGNAL.sub("OTEL_EXPORTER_OTLP_", name, count=1)
+    if name not in _BY_NAME and not (general in _BY_NAME and _BY_NAME[general].per_signal):
+        raise KeyError(f"{name} is not a variable of the settings table")
+    return environ.get(name, "")
 
 
 def int_value(name: str) -> int:
@@ -261,6 +317,14 @@ def int_bounds(name: str) -> tuple[int, int]:
     if not isinstance(low, int) or not isinstance(top, int):
         raise TypeError(f"{name} has no whole-number bounds")
     return low, top
+
+
+def number_bounds(name: str) -> tuple[float, float]:
+    """Return the lowest and highest value of a bounded number setting."""
+    low, top = _BY_NAME[name].low, _BY_NAME[name].high
+    if low is None or top is None:
+        raise TypeError(f"{name} has no bounds")
+    return float(low), float(top)
 
 
 def signal_variable(name: str, signal: str) -> str:

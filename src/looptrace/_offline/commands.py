@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from looptrace._export.settings_table import option_help, setting, signal_variable
+from looptrace._export.settings_table import env_value, option_help, setting, signal_variable
 from looptrace._offline.reader import (
     SPANS,
     InputError,
@@ -226,8 +226,8 @@ def run_replay(args: argparse.Namespace) -> int:
     warn = warner("replay")
     if not (
         args.endpoint
-        or os.environ.get(signal_variable(_ENDPOINT, "traces"), "").strip()
-        or os.environ.get(_ENDPOINT, "").strip()
+        or env_value(signal_variable(_ENDPOINT, "traces"), os.environ).strip()
+        or env_value(_ENDPOINT, os.environ).strip()
     ):
         raise InputError(f"no --endpoint given and {_ENDPOINT} is not set")
     try:

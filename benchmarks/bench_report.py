@@ -1,0 +1,126 @@
+"""The report of benchmarks/bench.py: the issue's targets as measured, and the printed table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def targets_of(rows: list[dict[str, Any]], extra: dict[str, Any]) -> dict[str, float]:
+    """Return the issues' targets (P1-P7 and the others) as measured in this run."""
+    by_name = {row["case"]: row for row in rows}
+
+    def ratio(case: str, reference: str) -> float:
+        return float(by_name[case]["median_ns"]) / float(by_name[reference]["median_ns"])
+
+    targets = {
+        "P1 record() aggregate-only x floor (<= 1.5)": ratio(
+            "looptrace record(), aggregate only", "floor (30-line lap timer)"
+        ),
+        "P1 section() aggregate-only x floor (<= 1.5)": ratio(
+            "looptrace section(), aggregate only", "floor (30-line lap timer)"
+        ),
+        "P2 traced+exported CPU x raw SDK, OTLP (<= 1.0)": by_name[
+            "looptrace record(), traced, otlp"
+        ]["cpu_x_raw_sdk"],
+        "P1 record() aggregate-only x codetiming (< 1)": ratio(
+            "looptrace record(), aggregate only", "codetiming (Timer, reused)"
+        ),
+        "P1 record() aggregate-only x Megatron-style (< 1)": ratio(
+            "looptrace record(), aggregate only", "Megatron-style timers"
+        ),
+        "P1 section() aggregate-only x Megatron-style (< 1)": ratio(
+            "looptrace section(), aggregate only", "Megatron-style timers"
+        ),
+        "P6 reset() per section x floor section (<= 1.0)": extra["reset"][
+            "aggregate only reset x floor section"
+        ],
+        "P6 reset() per section x floor section, app MeterProvider (<= 1.0)": extra["reset"][
+            "app MeterProvider reset x floor section"
+        ],
+        "P7 1000 paths x 10 paths per section (<= 1.5)": extra["paths"]["1000 x 10 paths"],
+        "P3 realistic step overhead % (<= 0.25)": extra["realistic_step"][
+            "overhead_pct_of_10ms_step"
+        ],
+        "P4 RSS growth MB over 1e6 sections (<= 5)": extra["rss"]["rss_growth_mb"],
+        "P4 worst sketch quantile error % (<= 1)": 100 * max(extra["sketch"].values()),
+        "P5 stalled / no-exporter traced cost (<= 1.5)": ratio(
+            "looptrace record(), traced, stalled", "looptrace record(), traced, discard"
+        ),
+        "M1 app MeterProvider x aggregate only, reset share included": extra["metrics_reset"][
+            "app MeterProvider x floor"
+        ]
+        / extra["metrics_reset"]["aggregate only x floor"],
+        "slow-lap recording on / off, aggregate only (<= 1.03)": extra["slow_laps"][
+            "aggregate_only_on_x_off"
+        ],
+        "sections never lapped / lapped, default sampling (<= 1.5)": ratio(
+            "looptrace sections-only(), default sampling, discard",
+            "looptrace section(), default sampling, discard",
+        ),
+    }
+    return targets
+
+
+def print_report(
+    rows: list[dict[str, Any]], extra: dict[str, Any], targets: dict[str, float]
+) -> None:
+    """Print the table, the extra measurements and the targets."""
+    print(
+        f"{'case':44} {'median':>9} {'min':>9} {'max':>9} {'cpu':>9} {'x floor':>8} "
+        f"{'cpu x SDK':>9}"
+    )
+    for row in rows:
+        sdk = f"{row['cpu_x_raw_sdk']:.2f}" if row["cpu_x_raw_sdk"] else ""
+        print(
+            f"{row['case']:44} {row['median_ns']:8.0f}n {row['min_ns']:8.0f}n "
+            f"{row['max_ns']:8.0f}n {row['cpu_ns']:8.0f}n {row['x_floor']:8.2f} {sdk:>9}"
+        )
+    step = extra["realistic_step"]
+    print(
+        f"\nrealistic step (20 sections, default sampling): {step['wall_ns_per_step'] / 1000:.1f}"
+        f" µs/step wall, {step['cpu_ns_per_step'] / 1000:.1f} µs/step CPU = "
+        f"{step['overhead_pct_of_10ms_step']:.3f} % of a 10 ms step"
+    )
+    print(
+        f"RSS growth over {extra['rss']['sections']:,} aggregated sections: "
+        f"{extra['rss']['rss_growth_mb']:.2f} MB"
+    )
+    names = extra["names"]
+    print(
+        f"RSS growth over {names['names']:,} distinct section names: "
+        f"{names['rss_growth_mb']:.1f} MB; reset() {names['reset_us_before']:.0f} µs before, "
+        f"{names['reset_us_after']:.0f} µs after"
+    )
+    print(
+        "sketch relative error: "
+        + ", ".join(f"{k[:3]} {v * 100:.3f} %" for k, v in extra["sketch"].items())
+    )
+    print(
+        f"OTLP/gRPC export to a local receiver: {extra['export']['spans_per_s']:,.0f} spans/s "
+        f"({extra['export']['spans_delivered']:,} delivered)"
+    )
+    it = extra["iterate"]
+    print(
+        f"iterate(): {it['iterate_ns_per_item']:.0f} ns/item, by hand (record() + "
+        f"record('data')): {it['by_hand_ns_per_item']:.0f} ns/item, bare loop "
+        f"{it['bare_ns_per_item']:.0f} ns/item; iterate x by hand {it['iterate_x_by_hand']:.2f}"
+    )
+    slow = extra["slow_laps"]
+    print(
+        "slow-lap recording, record() per section: aggregate only, on / off "
+        f"{slow['aggregate_only_on_ns']:.0f} / {slow['aggregate_only_off_ns']:.0f} ns = "
+        f"{slow['aggregate_only_on_x_off']:.3f}; untraced steps with an exporter, recorded "
+        f"/ off {slow['recorded_ns']:.0f} / {slow['recorded_off_ns']:.0f} ns = "
+        f"{slow['recorded_x_off']:.3f}, with the capped exports of this empty loop "
+        f"{slow['recorded_exported_ns']:.0f} ns = {slow['recorded_exported_x_off']:.3f}"
+    )
+    reset = extra["metrics_reset"]
+    print(
+        "per section with its share of reset(), x floor: "
+        + ", ".join(
+            f"{k[: -len(' x floor')]} {v:.2f}" for k, v in reset.items() if k.endswith("x floor")
+        )
+    )
+    print("\ntargets:")
+    for name, value in targets.items():
+        print(f"  {name}: {value:.3f}")

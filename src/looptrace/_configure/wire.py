@@ -1,0 +1,282 @@
+"""`configure()` step by step: settings, clocks, outputs, tracing, the engine, the handle."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from opentelemetry import metrics, trace
+
+from looptrace._configure.outputs import Sinks, open_sinks
+from looptrace._configure.providers import global_sdk_meter_provider, looptrace_resource
+from looptrace._configure.tracing import Tracing, TracingSources, wire_tracing
+from looptrace._core.clock import Clock, MonotonicClock
+from looptrace._core.device import CudaEventClock, DeviceClock, SyncedClock
+from looptrace._core.engine import Engine
+from looptrace._distributed.ranks import RankInfo
+from looptrace._export.app_metrics import ReaderHooks
+from looptrace._export.exit import install_exit_flush
+from looptrace._export.files import FLUSH_TIMEOUT_S, PathLike
+from looptrace._export.outputs import Outputs
+from looptrace._export.run_settings import RunSettings, resolve_run
+from looptrace._export.settings import ExportOptions, SlowLapFactor
+from looptrace._export.settings import slow_lap_factor as slow_lap_factor_of
+from looptrace._looptrace import Looptrace
+from looptrace._stats.aggregator import Aggregator
+from looptrace._stats.errors import ConfigError
+from looptrace._stats.health import Incidents
+
+MAX_PATHS_HIGH = 10**6
+
+
+def configure(
+    service_name: str | None = None,
+    *,
+    tracer_provider: trace.TracerProvider | None = None,
+    meter_provider: metrics.MeterProvider | None = None,
+    clock: Clock | None = None,
+    trace_every: int | None = None,
+    trace_first: int | None = None,
+    rank: RankInfo | None = None,
+    run_id: str | None = None,
+    max_paths: int = 1000,
+    trace_file: PathLike | None = None,
+    snapshot_file: PathLike | None = None,
+    device_clock: DeviceClock | None = None,
+    device_sync: bool = False,
+    otlp_endpoint: str | None = None,
+    otlp_protocol: str | None = None,
+    otlp_headers: Mapping[str, str] | str | None = None,
+    otlp_certificate: str | None = None,
+    otlp_client_certificate: str | None = None,
+    otlp_client_key: str | None = None,
+    otlp_insecure: bool | None = None,
+    otlp_timeout: float | None = None,
+    otlp_compression: str | None = None,
+    traces_exporter: str | None = None,
+    metrics_exporter: str | None = None,
+    prometheus: str | int | bool | None = None,
+    slow_lap_factor: SlowLapFactor = "auto",
+) -> Looptrace:
+    """Set up looptrace and return the handle that makes timers and resets windows.
+
+    Args:
+        service_name: `service.name` of the Resource; falls back to `OTEL_SERVICE_NAME`,
+            then `"looptrace"`.
+        tracer_provider: where spans go. Without one, a global SDK provider set by the
+            application is used (looptrace adds its processor to it); without that either,
+            looptrace makes an SDK provider of its own, the global one if none is set yet.
+            Each `configure()` call is separate: a second one (with or without `shutdown()`
+            of the first) gets its own Resource, outputs and processors, never the first's.
+        meter_provider: an SDK MeterProvider whose readers also collect looptrace's
+            metrics (pre-aggregated, flushed at each `reset()`); defaults to the global
+            provider when that is an SDK one.
+        clock: the time source (default: `time.perf_counter_ns` with one `time_ns` anchor);
+            tests pass `looptrace.testing.FakeClock()`.
+        trace_every: trace the outermost laps (steps) whose index is a multiple of this;
+            1 traces every step, 0 none. Every section is aggregated either way.
+        trace_first: also trace the first this many steps. Without either argument the
+            policy comes from `OTEL_TRACES_SAMPLER`, else the first 10 steps and every 100th
+            (see `LapSampler`); `trace_every` alone means exactly that (`trace_first=0`).
+        rank: override the rank detected from the launcher's environment.
+        run_id: identifies the run for trace ids shared by all ranks (one trace per step);
+            falls back to `LOOPTRACE_RUN_ID`, then the launcher's job id (torchrun's
+            `TORCHELASTIC_RUN_ID`, Slurm's `SLURM_JOB_ID.SLURM_STEP_ID`, Open MPI's job id).
+            Without any, every lap gets random ids.
+        max_paths: distinct section paths kept apart; later ones count under `"other"`.
+        trace_file: also append spans to this file as OTLP/JSON lines (one export batch per
+            line; needs the `files` extra); falls back to `LOOPTRACE_TRACE_FILE`. A `{rank}`
+            placeholder is replaced by the rank; without one, jobs of several processes get
+            `.rank<N>` before the suffix. Spans of other instrumentation on the same provider
+            are written too.
+        snapshot_file: append every `reset()` window's statistics to this file as one JSON
+            line (step, time, rank, per-path statistics); falls back to
+            `LOOPTRACE_SNAPSHOT_FILE`; named per rank like `trace_file`.
+        device_clock: the events device timers use (default: CUDA events through torch,
+            made when the first device timer starts); tests pass
+            `looptrace.testing.FakeDeviceClock()`.
+        device_sync: wait for the device at every timer call and time everything on the
+            host clock: host-aligned numbers, at the cost of a synchronize per boundary.
+        otlp_endpoint: OTLP receiver URL (`http://collector:4318`, or `:4317` with gRPC);
+            turns OTLP export of traces and metrics on.
+        otlp_protocol: `"http/protobuf"` (default) or `"grpc"`.
+        otlp_headers: headers for every export, a dict or `"key=value,..."`.
+        otlp_certificate: PEM file of the CA that signed the receiver's certificate.
+        otlp_client_certificate: PEM client certificate, for mutual TLS.
+        otlp_client_key: PEM key of the client certificate.
+        otlp_insecure: gRPC only: True for plaintext, False for TLS (default: from the
+            scheme, `http://` plaintext).
+        otlp_timeout: seconds one export may take; also the bound on `shutdown()`.
+        otlp_compression: `"gzip"`, `"deflate"` (HTTP) or `"none"`.
+        traces_exporter: `"otlp"`, `"console"`, `"none"` (as `OTEL_TRACES_EXPORTER`).
+        metrics_exporter: `"otlp"`, `"prometheus"`, `"none"` (as `OTEL_METRICS_EXPORTER`).
+        prometheus: serve `/metrics` for Prometheus at `"host:port"` or a port (host
+            127.0.0.1; the local rank is added to the port), True for the default 9464.
+        slow_lap_factor: trace an untraced step in full when it takes more than this many
+            times the recent median of its timer (default 3; see the README, "Finding a
+            straggler"); `None` or `"off"` turns it off; `"auto"` (the default) reads
+            `LOOPTRACE_SLOW_LAP_FACTOR`.
+
+    Each exporter argument falls back to its standard `OTEL_*` variable (see the README).
+    Environment variables turn exporters on only for the providers looptrace creates itself.
+
+    Raises:
+        ConfigError: a setting, passed or from the environment, that cannot be used.
+
+    """
+    settings = resolve_run(
+        service_name=service_name,
+        trace_every=trace_every,
+        trace_first=trace_first,
+        run_id=run_id,
+        trace_file=trace_file,
+        snapshot_file=snapshot_file,
+    )
+    slow_factor = slow_lap_factor_of(slow_lap_factor)
+    _check_max_paths(max_paths)
+    rank = RankInfo.from_env() if rank is None else rank
+    incidents, outputs = Incidents(), Outputs()
+    resource = looptrace_resource(settings.service_name, rank)
+    meter_provider = meter_provider or global_sdk_meter_provider()
+    readers = _reader_hooks(meter_provider, settings, incidents)
+    clocks = _clocks(clock, device_clock, device_sync=device_sync)
+    options = ExportOptions(
+        otlp_endpoint=otlp_endpoint,
+        otlp_protocol=otlp_protocol,
+        otlp_headers=otlp_headers,
+        otlp_certificate=otlp_certificate,
+        otlp_client_certificate=otlp_client_certificate,
+        otlp_client_key=otlp_client_key,
+        otlp_insecure=otlp_insecure,
+        otlp_timeout=otlp_timeout,
+        otlp_compression=otlp_compression,
+        traces_exporter=traces_exporter,
+        metrics_exporter=metrics_exporter,
+        prometheus=prometheus,
+    )
+    sources = TracingSources(tracer_provider, resource, rank, settings.run_id, incidents, outputs)
+    sinks = open_sinks(settings, options, sources, owns_metrics=meter_provider is None)
+    if readers:
+        pipeline = sinks.pipeline
+        readers.attach(outputs, pipeline.histograms if pipeline else None, resource, rank)
+    aggregator = Aggregator(max_paths=max_paths)
+    tracing = Tracing() if settings.disabled else wire_tracing(sources, aggregator, sinks.pipeline)
+    engine = _engine(
+        settings=settings,
+        clocks=clocks,
+        aggregator=aggregator,
+        tracing=tracing,
+        rank=rank,
+        incidents=incidents,
+        slow_lap_factor=slow_factor,
+    )
+    sinks.files.attach(tracing.provider, outputs, step=engine.steps_done)
+    return _handle(
+        engine=engine,
+        aggregator=aggregator,
+        tracing=tracing,
+        sinks=sinks,
+        rank=rank,
+        incidents=incidents,
+        outputs=outputs,
+    )
+
+
+def _check_max_paths(max_paths: int) -> None:
+    if (
+        isinstance(max_paths, bool)
+        or not isinstance(max_paths, int)
+        or not 1 <= max_paths <= MAX_PATHS_HIGH
+    ):
+        raise ConfigError(
+            f"max_paths must be at least 1 and at most {MAX_PATHS_HIGH}, got {max_paths!r}"
+        )
+
+
+def _reader_hooks(
+    meter_provider: metrics.MeterProvider | None, settings: RunSettings, incidents: Incidents
+) -> ReaderHooks | None:
+    """Return the readers of the application's MeterProvider, to collect looptrace's metrics too."""
+    if meter_provider is None or settings.disabled:
+        return None
+    return ReaderHooks(meter_provider, incidents)
+
+
+@dataclass(frozen=True)
+class _Clocks:
+    """The host clock, and the device clock when devices are timed apart from the host."""
+
+    host: Clock
+    device: DeviceClock | None
+    synced: bool  # every boundary waits for the device: the host clock times everything
+
+
+def _clocks(clock: Clock | None, device_clock: DeviceClock | None, *, device_sync: bool) -> _Clocks:
+    host = clock or MonotonicClock()
+    if not device_sync:
+        return _Clocks(host, device_clock, synced=False)
+    device = device_clock or _cuda_clock("device_sync=True")
+    return _Clocks(SyncedClock(host, device), None, synced=True)
+
+
+def _cuda_clock(setting: str) -> CudaEventClock:
+    try:
+        return CudaEventClock()
+    except Exception as error:
+        raise ConfigError(f"{setting} needs a CUDA device: {error}") from None
+
+
+def _engine(
+    *,
+    settings: RunSettings,
+    clocks: _Clocks,
+    aggregator: Aggregator,
+    tracing: Tracing,
+    rank: RankInfo,
+    incidents: Incidents,
+    slow_lap_factor: float | None,
+) -> Engine:
+    """Make the lap engine: clocks, aggregation, and the spans of the sampled steps."""
+    engine = Engine(
+        clock=clocks.host,
+        aggregator=aggregator,
+        tracer=tracing.tracer,
+        sampler=settings.sampler,
+        step_traces=tracing.step_traces,
+        span_attributes=rank.span_attributes(),
+        incidents=incidents,
+        device_clock=clocks.device,
+        slow_lap_factor=slow_lap_factor,
+    )
+    spans_read = tracing.spans_read()
+    if spans_read is not None:
+        engine.spans_read = spans_read
+    if clocks.synced:
+        engine.device.disable()  # every boundary is already host-aligned
+    return engine
+
+
+def _handle(
+    *,
+    engine: Engine,
+    aggregator: Aggregator,
+    tracing: Tracing,
+    sinks: Sinks,
+    rank: RankInfo,
+    incidents: Incidents,
+    outputs: Outputs,
+) -> Looptrace:
+    """Make the user's handle, flushed at exit (within the exporters' timeout) if it writes."""
+    lt = Looptrace(
+        engine=engine,
+        aggregator=aggregator,
+        incidents=incidents,
+        rank=rank,
+        outputs=outputs,
+        processor=tracing.processor,
+    )
+    if sinks.pipeline is not None:
+        install_exit_flush(lt, sinks.pipeline.flush, sinks.pipeline.settings.timeout_s, incidents)
+    elif sinks.files.active:
+        install_exit_flush(lt, sinks.files.flush, FLUSH_TIMEOUT_S, incidents)
+    return lt
