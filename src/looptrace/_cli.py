@@ -14,13 +14,15 @@ from looptrace._stats.version import version
 
 
 class _VersionAction(argparse.Action):
-    """`--version` that reads the package metadata only when the option is given."""
+    """`--version` (and which core runs) that reads the package metadata only when asked."""
 
     def __init__(self, option_strings: list[str], dest: str, help: str | None = None) -> None:
         super().__init__(option_strings, argparse.SUPPRESS, nargs=0, help=help)
 
     def __call__(self, parser: argparse.ArgumentParser, *_args: object) -> None:
-        print(f"looptrace {version()}")
+        from looptrace._core.build import core_kind
+
+        print(f"looptrace {version()} ({core_kind()} core)")
         parser.exit()
 
 
