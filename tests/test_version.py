@@ -1,17 +1,21 @@
-"""`looptrace.__version__` comes from the package metadata, read only when asked for."""
+"""The version comes from the package metadata, read only when asked; which core runs."""
 
 from __future__ import annotations
 
 import ast
 import importlib.metadata
+import os
 import subprocess
 import sys
+from importlib.machinery import EXTENSION_SUFFIXES
 from pathlib import Path
 
 import pytest
 
 import looptrace
 from looptrace._cli import main
+from looptrace._core import engine
+from looptrace._core.build import core_kind
 
 SRC = Path(looptrace.__file__).parent
 
@@ -30,13 +34,22 @@ def test_unknown_attribute_is_an_attribute_error() -> None:
 
 
 def test_cli_version_prints_the_metadata_version(capsys: pytest.CaptureFixture[str]) -> None:
-    """`looptrace --version` prints `looptrace <version>` on stdout and exits 0."""
+    """`looptrace --version` prints `looptrace <version> (<core> core)` on stdout and exits 0."""
     with pytest.raises(SystemExit) as exit_info:
         main(["--version"])
     assert (exit_info.value.code, capsys.readouterr().out) == (
         0,
-        f"looptrace {importlib.metadata.version('looptrace')}\n",
+        f"looptrace {importlib.metadata.version('looptrace')} ({core_kind()} core)\n",
     )
+
+
+def test_core_kind_is_the_core_that_runs() -> None:
+    """The core named is the one imported: C extensions or .py modules (CI expects each)."""
+    compiled = (engine.__file__ or "").endswith(tuple(EXTENSION_SUFFIXES))
+    assert core_kind() == ("compiled" if compiled else "pure Python")
+    expected = os.environ.get("LOOPTRACE_EXPECT_CORE")  # .ci/run sets it for each of its runs
+    if expected is not None:
+        assert core_kind() == expected
 
 
 def test_no_module_imports_the_version_from_the_package() -> None:
