@@ -106,7 +106,7 @@ def mutated(draw: st.DrawFn, real: list[str]) -> tuple[list[str], int]:
         if isinstance(container, dict) and draw(st.booleans()):
             del container[key]
         else:
-            container[key] = draw(HOSTILE)
+            container[key] = copy.deepcopy(draw(HOSTILE))  # the samples are shared objects
     text = json.dumps(record)
     if draw(st.booleans()):  # and sometimes damage the text itself
         cut = draw(st.integers(0, len(text)))

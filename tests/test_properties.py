@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from looptrace import Section
+from looptrace import Section, Snapshot
 from looptrace.testing import Capture, capture
 
 from .conftest import PreemptingClock, Worker
@@ -26,6 +27,17 @@ operations = st.lists(
     ),
     max_size=60,
 )
+
+
+def _window(snapshot: Snapshot) -> dict[str, dict[str, Any]]:
+    """Return a window as plain data, NaN as None (NaN equals NaN only as the same object)."""
+    return {
+        path: {
+            stat: None if isinstance(value, float) and math.isnan(value) else value
+            for stat, value in stats.items()
+        }
+        for path, stats in snapshot.to_dict().items()
+    }
 
 
 def _play(cap: Capture, ops: list[tuple[str, Any, Any]]) -> list[dict[str, Any]]:
@@ -55,10 +67,10 @@ def _play(cap: Capture, ops: list[tuple[str, Any, Any]]) -> list[dict[str, Any]]
         elif op == "advance":
             clock.advance(arg / 1e6)
         elif op == "reset":
-            windows.append(lt.reset().to_dict())
+            windows.append(_window(lt.reset()))
     while entered:
         entered.pop().stop()
-    windows.append(lt.reset().to_dict())
+    windows.append(_window(lt.reset()))
     assert lt.health().misuse == 0
     return windows
 
@@ -160,7 +172,7 @@ def _play_threads(ops: list[tuple[str, Any, Any, Any]], *, resets: bool) -> list
         preempted = [o for o in pending[:arg] if o[0] != "reset"]
         del pending[:arg]
         clock.on_read = lambda preempted=preempted: [play(*o) for o in preempted]
-        windows.append(lt.reset().to_dict())
+        windows.append(_window(lt.reset()))
     for index, worker in enumerate(workers):
         while entered[index]:
             worker.run(entered[index].pop().stop)
@@ -168,7 +180,7 @@ def _play_threads(ops: list[tuple[str, Any, Any, Any]], *, resets: bool) -> list
             found = lt.timer(timer)
             worker.run(lambda found=found: found.running and found.stop())
         worker.close()
-    windows.append(lt.reset().to_dict())
+    windows.append(_window(lt.reset()))
     assert lt.health().misuse == 0
     return windows
 

@@ -6,6 +6,7 @@ import pytest
 
 from looptrace import ConfigError
 from looptrace._core.sampling import LapSampler
+from looptrace._core.sampling import lap_sampler as checked_sampler
 from looptrace._export.run_settings import lap_sampler
 
 
@@ -77,4 +78,4 @@ def test_bad_sampler_settings_name_the_variable(env: dict[str, str], message: st
 def test_negative_values_rejected() -> None:
     """Negative trace_first is refused with the setting named."""
     with pytest.raises(ConfigError, match="trace_first must be an int >= 0, got -1"):
-        LapSampler(trace_every=1, trace_first=-1)
+        checked_sampler(1, -1)

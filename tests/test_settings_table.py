@@ -176,8 +176,7 @@ def test_service_name_default_is_the_tables() -> None:
 PACKAGE = Path(looptrace.__file__).parent
 # Modules that hand the process environment to a reader: the table's resolvers and the CLI,
 # the launcher's rank variables (`_distributed/ranks.py`, a table of launchers of its own),
-# the NVTX tool's attach variable (`_core/ranges.py`), and `LapSampler.resolve`, which
-# configure() no longer calls (its variables are the table's).
+# and the NVTX tool's attach variable (`_core/ranges.py`).
 ENVIRONMENT_READERS = {
     "_export/run_settings.py",
     "_export/settings.py",
@@ -185,7 +184,6 @@ ENVIRONMENT_READERS = {
     "_offline/commands.py",
     "_distributed/ranks.py",
     "_core/ranges.py",
-    "_core/sampling.py",
 }
 
 

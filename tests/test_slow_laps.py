@@ -19,7 +19,7 @@ from looptrace._export.settings import slow_lap_factor
 from looptrace._stats.aggregator import FOLD_AT
 from looptrace.testing import Capture, FakeClock, capture
 
-from .test_properties import _play, operations
+from .test_properties import _play, _window, operations
 
 RUN = "run-1"
 FAST_S = 0.3  # a normal step: data 0.1, forward 0.1 (encoder, decoder), optimizer 0.1
@@ -349,8 +349,8 @@ def test_slow_laps_of_random_loops_leave_the_statistics_alone(
         for index, micros in enumerate([*decoder_us, round(1e5 * slowest_s)]):
             _step(cap, decoder_s=micros / 1e4)
             if index == reset_at:
-                found.append(cap.lt.reset().to_dict())
-        found.append(cap.lt.reset().to_dict())
+                found.append(_window(cap.lt.reset()))
+        found.append(_window(cap.lt.reset()))
         windows.append(found)
     assert windows[0] == windows[1]
     seen = [bool(cap.finished_spans() or cap.lt.health().slow_laps_suppressed) for cap in caps]

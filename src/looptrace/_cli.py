@@ -20,7 +20,7 @@ class _VersionAction(argparse.Action):
         super().__init__(option_strings, argparse.SUPPRESS, nargs=0, help=help)
 
     def __call__(self, parser: argparse.ArgumentParser, *_args: object) -> None:
-        from looptrace._core.build import core_kind
+        from looptrace._core.build import core_kind  # noqa: PLC0415 - only when asked
 
         print(f"looptrace {version()} ({core_kind()} core)")
         parser.exit()

@@ -54,18 +54,16 @@ class Timer:
     def __repr__(self) -> str:
         return f"Timer({self.path!r})"
 
-    def timer(self, name: str, *, device: bool | None = None) -> Timer:
-        """Return the child timer `name` (the same object on every call).
+    def timer(self, name: object, *, device: bool | None = None) -> Timer:
+        """Return the child timer `name`, a str (the same object on every call).
 
         `device=True` makes it time on the GPU with CUDA events (see the README, "GPU
-        time"); the choice is made when the timer is first created.
+        time"); the choice is made when the timer is first created. Names are typed `object`
+        so that anything else is a `TimerError` naming it, compiled core or not.
         """
-        try:
-            child = self._children.get(name)
-        except TypeError:  # unhashable: not a str, reported below
-            child = None
+        child = self._children.get(name) if isinstance(name, str) else None
         if child is None:
-            self._check_name(name)
+            name = self._check_name(name)
             engine = self._engine
             if (
                 self.path == OTHER_PATH
@@ -112,8 +110,8 @@ class Timer:
         mine = self._engine.state().nodes.get(self)
         return mine is not None and bool(mine.stack)
 
-    def record(self, name: str | None = None) -> None:  # noqa: PLR0912 - hot path, inlined
-        """Lap this timer, or switch it to section `name`.
+    def record(self, name: object = None) -> None:  # noqa: PLR0912 - hot path, inlined
+        """Lap this timer, or switch it to section `name` (a str).
 
         `record()` ends the running interval (one measurement) and starts the next at the same
         instant, or starts one on a stopped timer. `record(name)` starts this timer if needed,
@@ -122,9 +120,8 @@ class Timer:
         if name is None:
             child = None
         else:
-            try:
-                child = self._children[name]
-            except (KeyError, TypeError):  # first use, or not a name at all
+            child = self._children.get(name) if isinstance(name, str) else None
+            if child is None:  # first use, or not a name at all
                 child = self.timer(name)
         engine = self._engine
         if engine.closed:
@@ -177,16 +174,15 @@ class Timer:
         if state.fold_due:
             engine.merge_pending(state)
 
-    def section(self, name: str) -> Section:
-        """Return section `name` of this timer: a context manager, decorator, or start/stop pair.
+    def section(self, name: object) -> Section:
+        """Return section `name` (a str): a context manager, decorator, or start/stop pair.
 
         Entering it is `record(name)`, except that entering a section that is already running
         in this thread (recursion) nests a new interval instead of lapping it. Leaving it ends
         that interval only; this timer keeps running.
         """
-        try:
-            child = self._children[name]
-        except (KeyError, TypeError):  # first use, or not a name at all
+        child = self._children.get(name) if isinstance(name, str) else None
+        if child is None:  # first use, or not a name at all
             child = self.timer(name)
         section = child._section
         if section is None:
@@ -275,7 +271,8 @@ class Timer:
             engine.merge_pending(state)
 
     @staticmethod
-    def _check_name(name: object) -> None:
+    def _check_name(name: object) -> str:
+        """Return `name` if it can name a section, else raise a `TimerError` saying why."""
         if not isinstance(name, str):
             raise TimerError(f"a section name must be a str, got {type(name).__name__} {name!r}")
         if not name:
@@ -287,6 +284,7 @@ class Timer:
             )
         if "." in name:
             raise TimerError(f"section name {name!r} contains '.', which separates path levels")
+        return name
 
 
 class Section:

@@ -11,7 +11,14 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from looptrace._core.sampling import DEFAULT_TRACE_EVERY, DEFAULT_TRACE_FIRST, LapSampler
+from looptrace._core.sampling import (
+    DEFAULT_TRACE_EVERY,
+    DEFAULT_TRACE_FIRST,
+    LapSampler,
+)
+from looptrace._core.sampling import (
+    lap_sampler as checked_sampler,
+)
 from looptrace._export.files import PathLike
 from looptrace._export.settings_table import (
     env_value,
@@ -84,7 +91,7 @@ def lap_sampler(
         every, first = trace_every, 0
     if trace_first is not None:
         first = trace_first
-    return LapSampler(trace_every=every, trace_first=first)
+    return checked_sampler(every, first)
 
 
 def _from_otel_sampler(env: Mapping[str, str]) -> tuple[int, int]:
