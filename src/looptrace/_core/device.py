@@ -234,11 +234,10 @@ def resolve(clock: DeviceClock, queue: DeviceQueue, *, wait: bool, make_span: An
         if segment.next is not None:  # cut by a reset: window time, counted when it ends
             node_state.carry_ns += duration
             segment.next.before_ns = segment.before_ns + duration
+            node_state.self_ns += duration - segment.child_ns
         else:
-            node_state.durations.append(segment.before_ns + duration)
-            node_state.carry_ns -= segment.before_ns
-        node_state.self_ns += duration - segment.child_ns
-        node_state.errors += segment.error
+            whole = segment.before_ns + duration
+            node_state.count(whole, duration, segment.child_ns, segment.before_ns, segment.error)
         if segment.parent is not None:
             segment.parent.child_ns += duration
     for segment in pending:  # spans after all durations: a span may map any event

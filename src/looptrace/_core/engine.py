@@ -18,7 +18,7 @@ from looptrace._core.intervals import Interval, ThreadState
 from looptrace._core.sampling import LapSampler
 from looptrace._core.slow_laps import SlowLaps
 from looptrace._core.states import States
-from looptrace._stats.aggregator import FOLD_AT, Aggregator
+from looptrace._stats.aggregator import Aggregator
 from looptrace._stats.attributes import PATH, STEP
 from looptrace._stats.health import Incidents
 
@@ -220,6 +220,7 @@ class Engine:
         """Start an interval of `node` at `now`, nested in `parent` (None: a new outermost lap)."""
         node_state = state.nodes.get(node) or state.node(node)
         if parent is None:
+            _ranges.find_profiler()
             step = node_state.laps
             node_state.laps = step + 1
             context = self._lap_context(node, step)
@@ -313,7 +314,7 @@ class Engine:
         cut: bool = False,
     ) -> None:
         """End `interval`, which has no running children, at `now`."""
-        if _ranges.OPEN:
+        if _ranges.any_open():
             _ranges.end(interval)
         duration = now - interval.seg_start
         node_state = interval.state
@@ -339,7 +340,7 @@ class Engine:
         if parent is None and state.device is not None and state.device.pending:
             self.device.resolve(state, wait=False)
 
-    def lap(self, state: ThreadState, interval: Interval, now: int) -> None:  # noqa: PLR0912 - hot path, inlined
+    def lap(self, state: ThreadState, interval: Interval, now: int) -> None:
         """End `interval` and start the next one of its timer at the same instant.
 
         When neither the ended nor the next interval is traced or held by a section entry,
@@ -347,6 +348,8 @@ class Engine:
         """
         node = interval.node
         parent = self.parent_for(state, node)
+        if parent is None:
+            _ranges.find_profiler()
         node_state = interval.state
         if interval.implicit:  # a section started it; a lap makes its laps the user's
             interval.implicit = False
@@ -356,7 +359,7 @@ class Engine:
             and interval.span is None
             and interval.device is None
             and parent is interval.parent
-            and not (_ranges.OPEN or _ranges.active())
+            and _ranges.quiet()
         )
         reads = False  # whether something reads spans (asked for outermost laps only)
         if in_place:
@@ -372,18 +375,7 @@ class Engine:
         if interval.children:
             self._end_children(state, interval, now)
         duration = now - interval.seg_start
-        start = interval.start
-        if start == interval.seg_start:
-            node_state.durations.append(duration)
-        else:  # cut by a reset: counted here whole, its earlier part already in a total
-            node_state.durations.append(now - start)
-            node_state.carry_ns -= interval.seg_start - start
-        node_state.self_ns += duration - interval.child_ns
-        if len(node_state.durations) >= FOLD_AT:
-            state.fold_due = True
-        record = state.record
-        if record is not None:  # a slow-lap record runs in this thread
-            record.append((node, start, now, None))
+        _count_ended(state, interval, now, duration, None)
         slow = self.slow
         if parent is None:
             if state.watched and slow is not None:
@@ -409,7 +401,7 @@ class Engine:
         result is the same as `end()` followed by `start()`. Returns False, changing nothing,
         when the general path is needed.
         """
-        if _ranges.OPEN or _ranges.active():
+        if not _ranges.quiet():
             return False
         children = current.children
         if len(children) != 1 or current.span is not None or current.device is not None:
@@ -428,20 +420,8 @@ class Engine:
         stack = ended.stack
         if stack[-1] is not sibling:
             return False
-        seg_start = sibling.seg_start
-        duration = now - seg_start
-        start = sibling.start
-        if start == seg_start:
-            ended.durations.append(duration)
-        else:  # cut by a reset: counted here whole, its earlier part already in a total
-            ended.durations.append(now - start)
-            ended.carry_ns -= seg_start - start
-        ended.self_ns += duration - sibling.child_ns
-        if len(ended.durations) >= FOLD_AT:
-            state.fold_due = True
-        record = state.record
-        if record is not None:  # a slow-lap record runs in this thread
-            record.append((sibling.node, start, now, None))
+        duration = now - sibling.seg_start
+        _count_ended(state, sibling, now, duration, None)
         current.child_ns += duration
         stack.pop()
         sibling.node = child
@@ -564,18 +544,13 @@ class Engine:
 def _count_ended(
     state: ThreadState, interval: Interval, now: int, duration: int, error: BaseException | None
 ) -> None:
-    """Count a host interval that ended at `now`, its last segment `duration` long."""
-    node_state = interval.state
+    """Count a host interval that ended at `now`, its last segment `duration` long.
+
+    An interval cut by a reset is counted here whole; its earlier part is in a total already.
+    """
     start = interval.start
-    if start == interval.seg_start:
-        node_state.durations.append(duration)
-    else:  # cut by a reset: counted here whole, its earlier part already in a total
-        node_state.durations.append(now - start)
-        node_state.carry_ns -= interval.seg_start - start
-    node_state.self_ns += duration - interval.child_ns
-    if error is not None:
-        node_state.errors += 1
-    if len(node_state.durations) >= FOLD_AT:
+    earlier = interval.seg_start - start
+    if interval.state.count(now - start, duration, interval.child_ns, earlier, error is not None):
         state.fold_due = True
     record = state.record
     if record is not None:  # a slow-lap record runs in this thread

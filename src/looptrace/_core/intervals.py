@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from opentelemetry import trace
 from opentelemetry.context import Context
 
+from looptrace._stats.aggregator import FOLD_AT
 from looptrace._stats.attributes import THREAD_ID, THREAD_NAME
 
 if TYPE_CHECKING:
@@ -45,6 +46,24 @@ class NodeState:
         # - the earlier parts of a cut interval that ended (counted whole in `durations`).
         self.carry_ns = 0
         self.lap_times: LapTimes | None = None  # recent laps, to find slow ones (outermost)
+
+    def count(
+        self, whole_ns: int, last_ns: int, child_ns: int, earlier_ns: int, error: bool
+    ) -> bool:
+        """Count one ended interval; return whether `FOLD_AT` measurements wait to be merged.
+
+        The fold every producer of durations shares (timers, device events, other spans):
+        `whole_ns` is the interval's whole duration, `last_ns` its part in this window (after
+        any reset cut), `child_ns` its children's time in that part, and `earlier_ns` the part
+        earlier windows' totals hold already (see `carry_ns`).
+        """
+        durations = self.durations
+        durations.append(whole_ns)
+        self.carry_ns -= earlier_ns
+        self.self_ns += last_ns - child_ns
+        if error:
+            self.errors += 1
+        return len(durations) >= FOLD_AT
 
     def detach(self) -> tuple[str, list[int], int, int, int]:
         """Hand over the pending measurements as one batch and start collecting anew."""

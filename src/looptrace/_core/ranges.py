@@ -3,8 +3,8 @@
 The engine calls `active()` when an interval starts and `end()` when one ends while any range is
 open; it takes its general (not in-place) path meanwhile, so every interval start and end passes
 through here. torch is never imported: the Kineto gate is torch's own flag,
-`torch.autograd.profiler._is_profiler_enabled`, read once torch has imported that module, so a
-section costs one function call and two attribute reads when no profiler runs.
+`torch.autograd.profiler._is_profiler_enabled`, read once torch has imported that module, which
+`find_profiler()` looks for at each outermost lap; until then a section costs two reads.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
     from looptrace._core.intervals import Interval
@@ -35,21 +35,36 @@ class _Gate:
         self.failed = False
 
 
-gate = _Gate()
+gate: Final = _Gate()
 
 # The ranges of running intervals: id(interval) -> (record_function or None, NVTX id or None).
-OPEN: dict[int, tuple[Any, int | None]] = {}
+OPEN: Final[dict[int, tuple[Any, int | None]]] = {}
 
 
 def active() -> bool:
     """Return whether a starting interval opens a range (a profiler runs, or NVTX is on)."""
+    if gate.nvtx:
+        return True
     profiler = gate.profiler
-    if profiler is None:
+    return profiler is not None and bool(profiler._is_profiler_enabled)
+
+
+def any_open() -> bool:
+    """Return whether a running interval holds a range."""
+    return bool(OPEN)
+
+
+def quiet() -> bool:
+    """Return whether no range is open and none would open: the engine may work in place."""
+    return not OPEN and not active()
+
+
+def find_profiler() -> None:
+    """Look for torch's profiler module (at each outermost lap) until torch has imported it."""
+    if gate.profiler is None:
         profiler = sys.modules.get(_PROFILER)
-        if profiler is None or not hasattr(profiler, "_is_profiler_enabled"):
-            return gate.nvtx  # no torch yet (or still importing): look again next time
-        gate.profiler = profiler
-    return bool(profiler._is_profiler_enabled) or gate.nvtx
+        if profiler is not None and hasattr(profiler, "_is_profiler_enabled"):
+            gate.profiler = profiler
 
 
 def begin(interval: Interval) -> None:

@@ -11,10 +11,13 @@ from asyncio.events import _get_running_loop
 from collections import deque
 from collections.abc import Callable
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, Final
 
 from looptrace._core.intervals import ThreadState
 from looptrace._core.sentinel import ExitSentinel
+
+# A constant, not a module global: read on every call, compiled it is a C static.
+_running_loop: Final = _get_running_loop
 
 
 class States:
@@ -39,7 +42,7 @@ class States:
 
     def state(self) -> ThreadState:
         """Return the running asyncio task's state, else the calling thread's."""
-        if _get_running_loop() is not None:
+        if _running_loop() is not None:
             return self.task_state()
         return self.thread_state()
 

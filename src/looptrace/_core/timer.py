@@ -5,7 +5,7 @@ from __future__ import annotations
 from asyncio.events import _get_running_loop
 from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
-from typing import ParamSpec, TypeVar
+from typing import Final, ParamSpec, TypeVar
 
 from looptrace._core.engine import Engine
 from looptrace._core.intervals import Interval, ThreadState
@@ -18,7 +18,9 @@ from looptrace._stats.snapshot import Snapshot
 P = ParamSpec("P")
 R = TypeVar("R")
 
-MAX_NAME_LENGTH = 200  # a section name longer than this is a TimerError
+MAX_NAME_LENGTH: Final = 200  # a section name longer than this is a TimerError
+# A constant, not a module global: read on every call, compiled it is a C static.
+_running_loop: Final = _get_running_loop
 
 
 class Timer:
@@ -127,7 +129,7 @@ class Timer:
         if engine.closed:
             engine.incidents.misused("closed", f"{self.path}.record() after shutdown()")
             return
-        if _get_running_loop() is None:
+        if _running_loop() is None:
             try:
                 state: ThreadState = engine.local.state
             except AttributeError:
@@ -212,7 +214,7 @@ class Timer:
         if engine.closed:
             engine.incidents.misused("closed", f"{child.path} entered after shutdown()")
             return None
-        if _get_running_loop() is None:
+        if _running_loop() is None:
             try:
                 state: ThreadState = engine.local.state
             except AttributeError:
@@ -239,7 +241,7 @@ class Timer:
     def _exit(self, child: Timer, interval: Interval | None, error: BaseException | None) -> None:
         """Leave an entry of section `child`: `interval`, or (None) the thread's latest held one."""
         engine = self._engine
-        if _get_running_loop() is None:
+        if _running_loop() is None:
             try:
                 state: ThreadState = engine.local.state
             except AttributeError:

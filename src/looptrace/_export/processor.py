@@ -9,7 +9,7 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import StatusCode
 
 from looptrace._core.intervals import NodeState
-from looptrace._stats.aggregator import FOLD_AT, Aggregator
+from looptrace._stats.aggregator import Aggregator
 from looptrace._stats.attributes import PATH
 from looptrace._stats.health import Incidents
 
@@ -61,10 +61,8 @@ class AggregatingSpanProcessor(SpanProcessor):
                 pending = self._pending.get(path)
                 if pending is None:
                     pending = self._pending[path] = NodeState(path)
-                pending.durations.append(duration)
-                pending.self_ns += duration - children
-                pending.errors += span.status.status_code is StatusCode.ERROR
-                full = len(pending.durations) >= FOLD_AT
+                error = span.status.status_code is StatusCode.ERROR
+                full = pending.count(duration, duration, children, 0, error)
             if full:
                 with self._aggregator.lock:
                     self.merge_pending()

@@ -7,6 +7,7 @@ import math
 import operator
 import threading
 from bisect import bisect_right
+from typing import Final
 
 from looptrace._stats.buckets import BOUNDARIES_NS
 from looptrace._stats.sketch import QuantileSketch
@@ -14,8 +15,8 @@ from looptrace._stats.snapshot import SectionStats, Snapshot
 
 _log = logging.getLogger("looptrace")
 
-OTHER_PATH = "other"
-FOLD_AT = 4096  # durations a producer holds before it merges them, bounding memory
+OTHER_PATH: Final = "other"
+FOLD_AT: Final = 4096  # durations a producer holds before it merges them, bounding memory
 
 
 class _PathAggregate:

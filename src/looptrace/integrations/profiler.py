@@ -42,4 +42,5 @@ def nvtx_ranges(enabled: bool = True) -> None:
 
 def ranges_active() -> bool:
     """Return whether a section starting now opens a range (a profiler runs, or NVTX is on)."""
+    _ranges.find_profiler()
     return _ranges.active()
