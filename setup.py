@@ -29,6 +29,7 @@ COMPILED = [
         "_core/ranges",
         "_core/sampling",
         "_core/slow_laps",
+        "_core/spans",
         "_core/states",
         "_core/timer",
         "_stats/aggregator",

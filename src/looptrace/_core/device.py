@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.trace import Status, StatusCode
 
+from looptrace._core.spans import end_span
 from looptrace._stats.aggregator import FOLD_AT
 from looptrace._stats.attributes import DEVICE, STEP
 
@@ -348,8 +348,4 @@ class DeviceTiming:
             start_time=epoch + clock.elapsed_ns(anchor, request.first),
         )
         end_ns = epoch + clock.elapsed_ns(anchor, segment.end)
-        if request.error is not None:
-            error = request.error
-            span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
-            span.record_exception(error, timestamp=end_ns)
-        span.end(end_time=end_ns)
+        end_span(span, end_ns, request.error, self._incidents)

@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING
 
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.trace import Status, StatusCode
 
 from looptrace._core import ranges as _ranges
 from looptrace._core.clock import Clock, EpochAnchor
@@ -17,6 +16,7 @@ from looptrace._core.ids import StepTraces
 from looptrace._core.intervals import Interval, ThreadState
 from looptrace._core.sampling import LapSampler
 from looptrace._core.slow_laps import SlowLaps
+from looptrace._core.spans import end_span
 from looptrace._core.states import States
 from looptrace._stats.aggregator import Aggregator
 from looptrace._stats.attributes import PATH, STEP
@@ -25,10 +25,6 @@ from looptrace._stats.health import Incidents
 if TYPE_CHECKING:
     from looptrace._core.timer import Timer
     from looptrace._stats.snapshot import Snapshot
-
-
-# The status description of a span that was still running when looptrace shut down.
-CUT_STATUS = "cut: still running at shutdown"
 
 
 class Engine:
@@ -529,16 +525,7 @@ class Engine:
     def _end_span(
         self, span: trace.Span, now: int, error: BaseException | None, *, cut: bool = False
     ) -> None:
-        end_ns = self.anchor.epoch_ns(now)
-        try:
-            if cut:
-                span.set_status(Status(StatusCode.ERROR, CUT_STATUS))
-            elif error is not None:
-                span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
-                span.record_exception(error, timestamp=end_ns)
-            span.end(end_time=end_ns)
-        except Exception:
-            self.incidents.failed("span end")
+        end_span(span, self.anchor.epoch_ns(now), error, self.incidents, cut=cut)
 
 
 def _count_ended(

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING
 
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.trace import Status, StatusCode
 
 from looptrace._core.clock import EpochAnchor
 from looptrace._core.ids import StepTraces
+from looptrace._core.spans import end_span
 from looptrace._stats.attributes import SLOW_LAP, STEP, THREAD_ID
 from looptrace._stats.health import Incidents
 
@@ -221,12 +221,7 @@ class SlowLaps:
         )
 
     def _end(self, span: trace.Span, entry: Entry) -> None:
-        end_ns = self.anchor.epoch_ns(entry[2])
-        error = entry[3]
-        if error is not None:
-            span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
-            span.record_exception(error, timestamp=end_ns)
-        span.end(end_time=end_ns)
+        end_span(span, self.anchor.epoch_ns(entry[2]), entry[3], self.incidents)
 
 
 def nest(entries: list[Entry]) -> list[list[int]]:
