@@ -419,12 +419,18 @@ class Engine:
         duration = now - sibling.seg_start
         _count_ended(state, sibling, now, duration, None)
         current.child_ns += duration
-        stack.pop()
+        if target is not ended:  # (lapping the same section leaves its stack as it is)
+            if len(stack) == 1:
+                # The stacks trade their lists, [sibling] and []: a list that empties and
+                # one that fills would each be reallocated.
+                ended.stack, target.stack = target.stack, stack
+            else:
+                stack.pop()
+                target.stack.append(sibling)
         sibling.node = child
         sibling.state = target
         sibling.seg_start = sibling.start = now
         sibling.child_ns = 0
-        target.stack.append(sibling)
         return True
 
     def run_owner_for(

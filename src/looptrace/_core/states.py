@@ -6,6 +6,7 @@ import asyncio
 import os
 import threading
 import weakref
+from _thread import get_ident
 from asyncio import current_task
 from asyncio.events import _get_running_loop
 from collections import deque
@@ -36,6 +37,10 @@ class States:
         self.exited: deque[tuple[ThreadState, int]] = deque()
         self.on_new: Callable[[], None] = lambda: None  # runs before a state is made
         self._pid = os.getpid()
+        # The thread that asked last, with its state: one comparison on the hot path instead
+        # of a thread-local lookup. One attribute, so it is written at once; a thread's exit
+        # clears it before the thread's ident can be reused.
+        self.last: tuple[int, ThreadState | None] = (0, None)
         self._task: ContextVar[tuple[weakref.ref[asyncio.Task[Any]], ThreadState] | None] = (
             ContextVar("looptrace_task_state", default=None)
         )
@@ -48,10 +53,18 @@ class States:
 
     def thread_state(self) -> ThreadState:
         """Return the calling thread's state, made on first use."""
+        ident = get_ident()
+        last = self.last
+        if last[0] == ident and last[1] is not None:
+            return last[1]
         try:
-            return self.local.state  # type: ignore[no-any-return]
+            state: ThreadState = self.local.state
         except AttributeError:
-            pass
+            state = self._new_thread_state()
+        self.last = (ident, state)
+        return state
+
+    def _new_thread_state(self) -> ThreadState:
         state = self._new()
         holder = ExitSentinel(state)
         finalizer = weakref.finalize(holder, self.ended, state)
@@ -88,6 +101,8 @@ class States:
     def ended(self, state: ThreadState) -> None:
         """Queue a state whose thread or task ended (may run inside `os.fork`: no locks)."""
         if os.getpid() == self._pid:  # in a forked child the state belongs to the parent
+            if self.last[1] is state:
+                self.last = (0, None)
             self.exited.append((state, self.now()))
 
     def all(self) -> list[ThreadState]:
@@ -108,6 +123,7 @@ class States:
         self.lock = threading.Lock()
         self._by_id = {}
         self.exited = deque()
+        self.last = (0, None)
         self._pid = os.getpid()
         state: ThreadState | None = getattr(self.local, "state", None)
         if state is not None:

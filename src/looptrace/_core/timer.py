@@ -8,7 +8,7 @@ from types import TracebackType
 from typing import Final, ParamSpec, TypeVar
 
 from looptrace._core.engine import Engine
-from looptrace._core.intervals import Interval, ThreadState
+from looptrace._core.intervals import Interval
 from looptrace._core.iterate import laps
 from looptrace._core.wrap import wrap
 from looptrace._stats.aggregator import OTHER_PATH
@@ -130,12 +130,9 @@ class Timer:
             engine.incidents.misused("closed", f"{self.path}.record() after shutdown()")
             return
         if _running_loop() is None:
-            try:
-                state: ThreadState = engine.local.state
-            except AttributeError:
-                state = engine.thread_state()
+            state = engine.states.thread_state()
         else:
-            state = engine.task_state()
+            state = engine.states.task_state()
         lock = state.lock
         lock.acquire()  # not `with`: this is the hot path, and half the cost
         try:
@@ -215,12 +212,9 @@ class Timer:
             engine.incidents.misused("closed", f"{child.path} entered after shutdown()")
             return None
         if _running_loop() is None:
-            try:
-                state: ThreadState = engine.local.state
-            except AttributeError:
-                state = engine.thread_state()
+            state = engine.states.thread_state()
         else:
-            state = engine.task_state()
+            state = engine.states.task_state()
         lock = state.lock
         lock.acquire()  # not `with`: this is the hot path, and half the cost
         try:
@@ -242,12 +236,9 @@ class Timer:
         """Leave an entry of section `child`: `interval`, or (None) the thread's latest held one."""
         engine = self._engine
         if _running_loop() is None:
-            try:
-                state: ThreadState = engine.local.state
-            except AttributeError:
-                state = engine.thread_state()
+            state = engine.states.thread_state()
         else:
-            state = engine.task_state()
+            state = engine.states.task_state()
         lock = state.lock
         lock.acquire()  # not `with`: this is the hot path, and half the cost
         try:
