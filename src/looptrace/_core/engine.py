@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -185,7 +184,7 @@ class Engine:
         state = self.states.after_fork_in_child()
         if state is None:
             return
-        state.lock = threading.Lock()
+        state.renew_lock()
         state.detach_all()
         now = self.now()
         pending = list(state.outermost)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from opentelemetry import trace
@@ -131,6 +132,7 @@ class ThreadState:
     """The timers of one thread; only `reset()` and thread exit contend for its lock."""
 
     __slots__ = (
+        "acquire",
         "device",
         "fold_due",
         "last_cut",
@@ -139,12 +141,16 @@ class ThreadState:
         "outermost",
         "record",
         "recording",
+        "release",
         "thread",
         "watched",
     )
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
+        # Its methods, bound once: the hot path calls them without looking them up.
+        self.acquire: Callable[[], bool] = self.lock.acquire
+        self.release: Callable[[], None] = self.lock.release
         self.nodes: dict[Timer, NodeState] = {}
         self.outermost: list[Interval] = []
         self.fold_due = False  # some node holds FOLD_AT measurements: merge after the call
@@ -161,6 +167,12 @@ class ThreadState:
             THREAD_ID: threading.get_ident(),
             THREAD_NAME: threading.current_thread().name,
         }
+
+    def renew_lock(self) -> None:
+        """Replace the lock (in a forked child, where another thread may have held it)."""
+        self.lock = threading.Lock()
+        self.acquire = self.lock.acquire
+        self.release = self.lock.release
 
     def node(self, timer: Timer) -> NodeState:
         """Return the state of `timer` in this thread, creating it on first use."""

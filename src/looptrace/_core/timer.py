@@ -133,8 +133,7 @@ class Timer:
             state = engine.states.thread_state()
         else:
             state = engine.states.task_state()
-        lock = state.lock
-        lock.acquire()  # not `with`: this is the hot path, and half the cost
+        state.acquire()  # not `with`: this is the hot path, and half the cost
         try:
             now = engine.now()
             mine = state.nodes.get(self)
@@ -152,7 +151,7 @@ class Timer:
                     engine.end(state, running.stack[0], now)
                 engine.start(state, child, now, current)
         finally:
-            lock.release()
+            state.release()
         if state.fold_due:
             engine.merge_pending(state)
 
@@ -215,8 +214,7 @@ class Timer:
             state = engine.states.thread_state()
         else:
             state = engine.states.task_state()
-        lock = state.lock
-        lock.acquire()  # not `with`: this is the hot path, and half the cost
+        state.acquire()  # not `with`: this is the hot path, and half the cost
         try:
             now = engine.now()
             running = state.nodes.get(child)
@@ -230,7 +228,7 @@ class Timer:
                 interval.state.held.append(interval)
             return interval
         finally:
-            lock.release()
+            state.release()
 
     def _exit(self, child: Timer, interval: Interval | None, error: BaseException | None) -> None:
         """Leave an entry of section `child`: `interval`, or (None) the thread's latest held one."""
@@ -239,8 +237,7 @@ class Timer:
             state = engine.states.thread_state()
         else:
             state = engine.states.task_state()
-        lock = state.lock
-        lock.acquire()  # not `with`: this is the hot path, and half the cost
+        state.acquire()  # not `with`: this is the hot path, and half the cost
         try:
             if interval is None:
                 node = state.nodes.get(child)
@@ -255,7 +252,7 @@ class Timer:
                     if parent is not None and parent.implicit and not parent.children:
                         engine.end(state, parent, now)  # a step of a never-lapped timer
         finally:
-            lock.release()
+            state.release()
         if interval is None and not engine.closed:
             engine.incidents.misused(
                 "stopped", f"section {child.path!r} stopped more often than started"
