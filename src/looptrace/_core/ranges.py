@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from looptrace._core.intervals import Interval
 
 _PROFILER = "torch.autograd.profiler"
+_MODULES: Final = sys.modules  # the module table, bound once: read at every outermost lap
 # Set by Nsight Systems (and other NVTX tools) in the profiled process to attach to NVTX.
 NVTX_TOOL_VARIABLE = "NVTX_INJECTION64_PATH"
 
@@ -62,7 +63,7 @@ def quiet() -> bool:
 def find_profiler() -> None:
     """Look for torch's profiler module (at each outermost lap) until torch has imported it."""
     if gate.profiler is None:
-        profiler = sys.modules.get(_PROFILER)
+        profiler = _MODULES.get(_PROFILER)
         if profiler is not None and hasattr(profiler, "_is_profiler_enabled"):
             gate.profiler = profiler
 

@@ -17,8 +17,9 @@ from typing import Any, Final
 from looptrace._core.intervals import ThreadState
 from looptrace._core.sentinel import ExitSentinel
 
-# A constant, not a module global: read on every call, compiled it is a C static.
+# Constants, not module globals: read on every call, compiled they are C statics.
 _running_loop: Final = _get_running_loop
+_thread_ident: Final = get_ident
 
 
 class States:
@@ -53,7 +54,7 @@ class States:
 
     def thread_state(self) -> ThreadState:
         """Return the calling thread's state, made on first use."""
-        ident = get_ident()
+        ident = _thread_ident()
         last = self.last
         if last[0] == ident and last[1] is not None:
             return last[1]
