@@ -32,6 +32,7 @@ COMPILED = [
         "_core/spans",
         "_core/states",
         "_core/timer",
+        "_core/windows",
         "_stats/aggregator",
         "_stats/buckets",
         "_stats/health",

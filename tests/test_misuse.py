@@ -78,7 +78,7 @@ def test_names_past_the_path_cap_keep_no_state_of_their_own() -> None:
     engine = cap.lt._engine
     assert len(train._children) == 9
     assert len(engine.state().nodes) <= 11
-    assert len(engine._attributes) <= 11
+    assert len(engine.spans._bases) <= 11
     assert counts(snap) == {
         "root.training": 1,
         **{f"root.training.step{i}": 1 for i in range(9)},

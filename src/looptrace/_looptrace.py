@@ -106,7 +106,7 @@ class Looptrace:
                     {}, start_ns=0, end_ns=0, rank=self.rank.rank, subtree=subtree or "root"
                 )
                 return reduce_or_keep(closed, self._incidents) if across_ranks else closed
-            engine.close_window(now, final=final, subtree=subtree)
+            engine.windows.close(now, final=final, subtree=subtree)
             if final:
                 engine.closed = True
             if self._processor is not None:
@@ -115,7 +115,7 @@ class Looptrace:
                 start_ns=engine.anchor.epoch_ns(start),
                 end_ns=engine.anchor.epoch_ns(now),
                 rank=self.rank.rank,
-                step=engine.steps_done(subtree),
+                step=engine.windows.steps_done(subtree),
                 subtree=subtree,
             )
         if across_ranks:
@@ -163,7 +163,7 @@ class Looptrace:
         self._aggregator.after_fork_in_child()
         if self._processor is not None:
             self._processor.after_fork_in_child()
-        self._engine.after_fork_in_child()
+        self._engine.windows.after_fork_in_child()
         self._shutdown_lock = threading.Lock()
         self._window_start = self._engine.now()
 

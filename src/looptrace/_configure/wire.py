@@ -170,7 +170,7 @@ def configure(
         incidents=incidents,
         slow_lap_factor=slow_factor,
     )
-    sinks.files.attach(tracing.provider, outputs, step=engine.steps_done)
+    sinks.files.attach(tracing.provider, outputs, step=engine.windows.steps_done)
     return _handle(
         engine=engine,
         aggregator=aggregator,
@@ -250,7 +250,7 @@ def _engine(
     )
     spans_read = tracing.spans_read()
     if spans_read is not None:
-        engine.spans_read = spans_read
+        engine.spans.spans_read = spans_read
     if clocks.synced:
         engine.device.disable()  # every boundary is already host-aligned
     return engine

@@ -6,19 +6,18 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from opentelemetry import trace
-from opentelemetry.context import Context
 
 from looptrace._core import ranges as _ranges
 from looptrace._core.clock import Clock, EpochAnchor
 from looptrace._core.device import DeviceClock, DeviceTiming
 from looptrace._core.ids import StepTraces
-from looptrace._core.intervals import Interval, ThreadState
+from looptrace._core.intervals import Interval, ThreadState, descendants
 from looptrace._core.sampling import LapSampler
 from looptrace._core.slow_laps import SlowLaps
-from looptrace._core.spans import end_span
+from looptrace._core.spans import LapSpans
 from looptrace._core.states import States
+from looptrace._core.windows import Windows
 from looptrace._stats.aggregator import Aggregator
-from looptrace._stats.attributes import PATH, STEP
 from looptrace._stats.health import Incidents
 
 if TYPE_CHECKING:
@@ -51,21 +50,26 @@ class Engine:
         self.tracer = tracer
         self.sampler = sampler
         self.step_traces = step_traces
-        self.span_attributes = span_attributes
         self.incidents = incidents
-        # Whether anything besides looptrace's own processor reads spans; asked once per lap.
-        self.spans_read: Callable[[], bool] = lambda: True
+        self.spans = LapSpans(
+            tracer,
+            sampler,
+            step_traces=step_traces,
+            anchor=self.anchor,
+            span_attributes=span_attributes,
+            incidents=incidents,
+        )
         self.closed = False
         # Closes the window of one timer's subtree; set by the `Looptrace` that owns this.
         self.reset_timer: Callable[[Timer, bool], Snapshot] | None = None
-        self._attributes: dict[Timer, dict[str, str | int]] = {}
         self.states = States(self.now)
-        self.states.on_new = self._close_exited_if_free
+        self.windows = Windows(self)
+        self.states.on_new = self.windows.close_exited_if_free
         self.local = self.states.local
         self.state = self.states.state
         self.thread_state = self.states.thread_state
         self.task_state = self.states.task_state
-        self.device = DeviceTiming(device_clock, tracer, self.anchor, incidents, self._span_base)
+        self.device = DeviceTiming(device_clock, tracer, self.anchor, incidents, self.spans.base)
         # Traces untraced laps much slower than their timer's recent median (None: off).
         self.slow: SlowLaps | None = None
         if tracer is not None and slow_lap_factor is not None:
@@ -73,130 +77,10 @@ class Engine:
                 slow_lap_factor,
                 tracer,
                 anchor=self.anchor,
-                span_base=self._span_base,
+                span_base=self.spans.base,
                 step_traces=step_traces,
                 incidents=incidents,
             )
-
-    # -- thread states -------------------------------------------------------------------
-
-    def _close_exited_if_free(self) -> None:
-        lock = self.aggregator.lock
-        if lock.acquire(blocking=False):  # else the next reset() does it
-            try:
-                self.close_exited()
-            finally:
-                lock.release()
-
-    def steps_done(self, subtree: str | None = None) -> int | None:
-        """Return how many outermost laps the calling thread has completed (None: no laps).
-
-        With several outermost timers, the largest count. It is the step a `reset()` window
-        closes at: the spans of that window have `looptrace.step` below it. With `subtree` (a
-        timer's path), only that timer and its descendants count.
-        """
-        mine: ThreadState | None = getattr(self.local, "state", None)
-        # Without a state of its own (a signal's helper thread): the most laps of any thread.
-        states = [mine] if mine is not None else self.states.all()
-        done = [
-            node.laps - any(interval.node is timer for interval in state.outermost)
-            for state in states
-            for timer, node in list(state.nodes.items())
-            if node.laps and _within(timer.path, subtree)
-        ]
-        return max(done, default=None)
-
-    def merge_pending(self, state: ThreadState) -> None:
-        """Merge a thread's pending measurements into the window (bounds memory)."""
-        aggregator = self.aggregator
-        with aggregator.lock:
-            with state.lock:
-                batches = state.detach_all()
-                SlowLaps.bound(state)
-            for batch in batches:
-                aggregator.merge(*batch)
-
-    def close_window(self, now: int, *, final: bool = False, subtree: str | None = None) -> None:
-        """Cut every running interval and merge everything measured before the cut.
-
-        Each thread is cut at one instant, read while its lock is held: a thread that lapped
-        after `reset()` read `now` has that lap in this window and nothing before its cut in
-        the next, so no time is counted twice or lost. The caller holds the aggregator's
-        lock, so no measurement after a cut can reach this window. A `final` window (shutdown)
-        ends every running interval instead, its span marked as cut. With `subtree` (a timer's
-        path) only the intervals of that timer and its descendants are cut.
-        """
-        self.close_exited()
-        states = self.states.all()
-        aggregator = self.aggregator
-        for state in states:
-            with state.lock:
-                cut_at = max(now, self.now())
-                state.last_cut = cut_at
-                if final:
-                    for top in reversed(state.outermost):
-                        self.end(state, top, cut_at, cut=True)
-                elif subtree is None:
-                    for top in state.outermost:
-                        self.cut(state, top, cut_at)
-                else:
-                    self._cut_subtree(state, subtree, cut_at)
-                batches = self._drain(state)
-            for batch in batches:
-                aggregator.merge(*batch)
-
-    def _cut_subtree(self, state: ThreadState, subtree: str, now: int) -> None:
-        """Cut the running intervals of the timer at path `subtree` and of its descendants."""
-        below = f"{subtree}."
-        pending = list(state.outermost)
-        while pending:
-            interval = pending.pop()
-            path = interval.node.path
-            if path == subtree or path.startswith(below):
-                self.cut(state, interval, now)
-            else:
-                pending.extend(interval.children)
-
-    def close_exited(self) -> None:
-        """End what exited threads left running, at their exit; holds the aggregator lock."""
-        aggregator = self.aggregator
-        exited = self.states.exited
-        while exited:
-            state, at = exited.popleft()
-            if not self.states.retire(state):
-                continue
-            with state.lock:
-                at = max(at, state.last_cut)
-                for top in reversed(state.outermost):
-                    self.end(state, top, at)
-                batches = self._drain(state)
-            for batch in batches:
-                aggregator.merge(*batch)
-
-    def _drain(self, state: ThreadState) -> list[tuple[str, list[int], int, int, int]]:
-        """Wait for the thread's device events and hand over all it measured; holds its lock."""
-        if state.device is not None:
-            self.device.resolve(state, wait=True)
-        return state.detach_all()
-
-    def after_fork_in_child(self) -> None:
-        """Keep only the forking thread's state, with fresh locks and nothing counted yet."""
-        state = self.states.after_fork_in_child()
-        if state is None:
-            return
-        state.renew_lock()
-        state.detach_all()
-        now = self.now()
-        pending = list(state.outermost)
-        while pending:
-            interval = pending.pop()
-            interval.seg_start = interval.start = now
-            interval.child_ns = 0
-            interval.span = interval.context = None
-            interval.device = None  # a forked child cannot use its parent's device context
-            pending.extend(interval.children)
-        state.device = None
-        state.watched, state.recording, state.record = [], [], None
 
     # -- intervals -----------------------------------------------------------------------
 
@@ -218,17 +102,17 @@ class Engine:
             _ranges.find_profiler()
             step = node_state.laps
             node_state.laps = step + 1
-            context = self._lap_context(node, step)
+            context = self.spans.lap_context(node, step)
         else:
             step = parent.step
             no_trace = parent.span is None and parent.device is None
-            context = None if no_trace else self._child_context(parent)
+            context = None if no_trace else self.spans.child_context(parent)
         if node.device and self.device.available():
             interval = Interval(node, node_state, parent, now, step, None)
             self.device.open(state, interval, context, now)
         else:
             thread = state.thread if parent is None else None  # sections share their lap's
-            span = None if context is None else self._start_span(node, context, now, step, thread)
+            span = None if context is None else self.spans.start(node, context, now, step, thread)
             interval = Interval(node, node_state, parent, now, step, span)
         if parent is None:
             if context is not None and self.step_traces is not None:
@@ -238,7 +122,7 @@ class Engine:
             if (
                 slow is not None
                 and interval.device is None
-                and (context is not None or self.spans_read())
+                and (context is not None or self.spans.spans_read())
             ):
                 slow.begin(state, interval, record=context is None)
         else:
@@ -247,29 +131,6 @@ class Engine:
         if _ranges.active():
             _ranges.begin(interval)
         return interval
-
-    def _lap_context(self, node: Timer, step: int) -> Context | None:
-        """Return the parent context of a traced outermost lap, None when it is not traced."""
-        if not self.traced(step):
-            return None
-        if self.step_traces is None:
-            return Context()
-        return self.step_traces.context_for(node.path, step)
-
-    def traced(self, step: int) -> bool:
-        """Whether outermost lap `step` gets spans: sampled, and something reads them."""
-        return self.tracer is not None and self.sampler(step) and self.spans_read()
-
-    def _child_context(self, parent: Interval) -> Context | None:
-        """Return the parent context of a section of a traced interval, else None."""
-        if parent.span is not None:
-            context = parent.context
-            if context is None:
-                context = parent.context = trace.set_span_in_context(parent.span, Context())
-            return context
-        if parent.device is not None and parent.device.span is not None:
-            return self._host_context(parent)
-        return None
 
     def end(
         self,
@@ -295,7 +156,7 @@ class Engine:
         while children:
             last = children[-1]
             if last.children:  # deeper nesting: one walk, no recursion
-                for descendant in reversed(_descendants(last)):
+                for descendant in reversed(descendants(last)):
                     self._end_one(state, descendant, now, None, cut=cut)
             self._end_one(state, last, now, None, cut=cut)
 
@@ -331,7 +192,7 @@ class Engine:
         else:
             stack.remove(interval)
         if interval.span is not None:
-            self._end_span(interval.span, now, error, cut=cut)
+            self.spans.end(interval.span, now, error, cut=cut)
         if parent is None and state.device is not None and state.device.pending:
             self.device.resolve(state, wait=False)
 
@@ -359,10 +220,10 @@ class Engine:
         reads = False  # whether something reads spans (asked for outermost laps only)
         if in_place:
             if parent is None:
-                reads = self.tracer is not None and self.spans_read()
+                reads = self.tracer is not None and self.spans.spans_read()
                 in_place = not reads or not self.sampler(node_state.laps)
             else:
-                in_place = self._child_context(parent) is None
+                in_place = self.spans.child_context(parent) is None
         if not in_place:
             self.end(state, interval, now)
             self.start(state, node, now, parent)
@@ -457,81 +318,6 @@ class Engine:
                 self.end(state, sibling, now)
         return current
 
-    def cut(self, state: ThreadState, interval: Interval, now: int) -> None:
-        """Count the part of a running interval before `now`; the rest goes to the next window."""
-        if interval.children:
-            for descendant in reversed(_descendants(interval)):
-                self._cut_one(state, descendant, now)
-        self._cut_one(state, interval, now)
-
-    def _cut_one(self, state: ThreadState, interval: Interval, now: int) -> None:
-        """Cut `interval` alone; its running children are cut already.
-
-        The part before the cut goes into this window's total and self time; the interval is
-        counted (count, min, max, quantiles, buckets) once, whole, in the window it ends in.
-        """
-        duration = now - interval.seg_start
-        if duration > 0:
-            if interval.device is None:
-                node_state = interval.state
-                node_state.carry_ns += duration
-                node_state.self_ns += duration - interval.child_ns
-            else:
-                self.device.cut(state, interval)
-            if interval.parent is not None:
-                interval.parent.child_ns += duration
-        interval.seg_start = now
-        interval.child_ns = 0
-
-    def _host_context(self, interval: Interval) -> Context:
-        """Return the span context of the nearest host-traced ancestor (device spans wait)."""
-        found: Interval | None = interval
-        while found is not None and found.span is None:
-            found = found.parent
-        if found is None or found.span is None:
-            return Context()
-        if found.context is None:
-            found.context = trace.set_span_in_context(found.span, Context())
-        return found.context
-
-    # -- spans ---------------------------------------------------------------------------
-
-    def _start_span(
-        self,
-        node: Timer,
-        context: Context,
-        now: int,
-        step: int,
-        thread: dict[str, str | int] | None = None,
-    ) -> trace.Span | None:
-        assert self.tracer is not None
-        attributes = {**self._span_base(node), STEP: step}
-        if thread is not None:
-            attributes.update(thread)
-        try:
-            return self.tracer.start_span(
-                node.name,
-                context=context,
-                attributes=attributes,
-                start_time=self.anchor.epoch_ns(now),
-                record_exception=False,
-                set_status_on_exception=False,
-            )
-        except Exception:  # a failing processor must not break the loop: time it untraced
-            self.incidents.failed("span start")
-            return None
-
-    def _span_base(self, node: Timer) -> dict[str, str | int]:
-        base = self._attributes.get(node)
-        if base is None:
-            base = self._attributes[node] = {PATH: node.path, **self.span_attributes}
-        return base
-
-    def _end_span(
-        self, span: trace.Span, now: int, error: BaseException | None, *, cut: bool = False
-    ) -> None:
-        end_span(span, self.anchor.epoch_ns(now), error, self.incidents, cut=cut)
-
 
 def _count_ended(
     state: ThreadState, interval: Interval, now: int, duration: int, error: BaseException | None
@@ -547,24 +333,3 @@ def _count_ended(
     record = state.record
     if record is not None:  # a slow-lap record runs in this thread
         record.append((interval.node, start, now, error))
-
-
-def _within(path: str, subtree: str | None) -> bool:
-    """Whether `path` is the timer at path `subtree` or one of its descendants (None: all)."""
-    return subtree is None or path == subtree or path.startswith(f"{subtree}.")
-
-
-def _descendants(interval: Interval) -> list[Interval]:
-    """Return the running descendants of `interval` in pre-order, children in start order.
-
-    Reversed, the list has every interval after its descendants and later siblings first:
-    the order in which they end. A loop, not recursion: nesting is as deep as the user's.
-    """
-    found: list[Interval] = []
-    pending = list(reversed(interval.children))
-    while pending:
-        current = pending.pop()
-        found.append(current)
-        if current.children:
-            pending.extend(reversed(current.children))
-    return found

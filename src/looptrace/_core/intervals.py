@@ -185,3 +185,19 @@ class ThreadState:
         """Hand over every pending batch; the caller holds `lock`."""
         self.fold_due = False
         return [node.detach() for node in self.nodes.values() if node.pending]
+
+
+def descendants(interval: Interval) -> list[Interval]:
+    """Return the running descendants of `interval` in pre-order, children in start order.
+
+    Reversed, the list has every interval after its descendants and later siblings first:
+    the order in which they end. A loop, not recursion: nesting is as deep as the user's.
+    """
+    found: list[Interval] = []
+    pending = list(reversed(interval.children))
+    while pending:
+        current = pending.pop()
+        found.append(current)
+        if current.children:
+            pending.extend(reversed(current.children))
+    return found

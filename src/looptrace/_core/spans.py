@@ -1,16 +1,112 @@
-"""The end of a span of a timed interval: status, exception and end time, never raising."""
+"""The spans of laps and sections: which laps are traced, their parents, their start and end."""
 
 from __future__ import annotations
 
-from typing import Final
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Final
 
 from opentelemetry import trace
+from opentelemetry.context import Context
 from opentelemetry.trace import Status, StatusCode
 
+from looptrace._core.clock import EpochAnchor
+from looptrace._core.ids import StepTraces
+from looptrace._core.sampling import LapSampler
+from looptrace._stats.attributes import PATH, STEP
 from looptrace._stats.health import Incidents
+
+if TYPE_CHECKING:
+    from looptrace._core.intervals import Interval
+    from looptrace._core.timer import Timer
 
 # The status description of a span that was still running when looptrace shut down.
 CUT_STATUS: Final = "cut: still running at shutdown"
+
+
+class LapSpans:
+    """Makes the spans of the engine's intervals; a failing processor never reaches the loop."""
+
+    def __init__(
+        self,
+        tracer: trace.Tracer | None,
+        sampler: LapSampler,
+        *,
+        step_traces: StepTraces | None,
+        anchor: EpochAnchor,
+        span_attributes: dict[str, int],
+        incidents: Incidents,
+    ) -> None:
+        self.tracer = tracer
+        self.sampler = sampler
+        self.step_traces = step_traces
+        self.anchor = anchor
+        self.span_attributes = span_attributes
+        self.incidents = incidents
+        # Whether anything besides looptrace's own processor reads spans; asked once per lap.
+        self.spans_read: Callable[[], bool] = lambda: True
+        self._bases: dict[Timer, dict[str, str | int]] = {}
+
+    def traced(self, step: int) -> bool:
+        """Whether outermost lap `step` gets spans: sampled, and something reads them."""
+        return self.tracer is not None and self.sampler(step) and self.spans_read()
+
+    def lap_context(self, node: Timer, step: int) -> Context | None:
+        """Return the parent context of a traced outermost lap, None when it is not traced."""
+        if not self.traced(step):
+            return None
+        if self.step_traces is None:
+            return Context()
+        return self.step_traces.context_for(node.path, step)
+
+    def child_context(self, parent: Interval) -> Context | None:
+        """Return the parent context of a section of a traced interval, else None."""
+        if parent.span is not None:
+            context = parent.context
+            if context is None:
+                context = parent.context = trace.set_span_in_context(parent.span, Context())
+            return context
+        if parent.device is not None and parent.device.span is not None:
+            return _host_context(parent)
+        return None
+
+    def start(
+        self,
+        node: Timer,
+        context: Context,
+        now: int,
+        step: int,
+        thread: dict[str, str | int] | None = None,
+    ) -> trace.Span | None:
+        """Start the span of an interval of `node` at monotonic `now`; None if that fails."""
+        assert self.tracer is not None
+        attributes = {**self.base(node), STEP: step}
+        if thread is not None:
+            attributes.update(thread)
+        try:
+            return self.tracer.start_span(
+                node.name,
+                context=context,
+                attributes=attributes,
+                start_time=self.anchor.epoch_ns(now),
+                record_exception=False,
+                set_status_on_exception=False,
+            )
+        except Exception:  # a failing processor must not break the loop: time it untraced
+            self.incidents.failed("span start")
+            return None
+
+    def base(self, node: Timer) -> dict[str, str | int]:
+        """Return the attributes every span of `node` carries: its path and the rank's."""
+        base = self._bases.get(node)
+        if base is None:
+            base = self._bases[node] = {PATH: node.path, **self.span_attributes}
+        return base
+
+    def end(
+        self, span: trace.Span, now: int, error: BaseException | None, *, cut: bool = False
+    ) -> None:
+        """End `span` at monotonic `now` (see `end_span`)."""
+        end_span(span, self.anchor.epoch_ns(now), error, self.incidents, cut=cut)
 
 
 def end_span(
@@ -34,3 +130,15 @@ def end_span(
         span.end(end_time=end_ns)
     except Exception:
         incidents.failed("span end")
+
+
+def _host_context(interval: Interval) -> Context:
+    """Return the span context of the nearest host-traced ancestor (device spans wait)."""
+    found: Interval | None = interval
+    while found is not None and found.span is None:
+        found = found.parent
+    if found is None or found.span is None:
+        return Context()
+    if found.context is None:
+        found.context = trace.set_span_in_context(found.span, Context())
+    return found.context

@@ -153,7 +153,7 @@ class Timer:
         finally:
             state.release()
         if state.fold_due:
-            engine.merge_pending(state)
+            engine.windows.merge_pending(state)
 
     def stop(self) -> None:
         """End the running interval (and its sections) without starting a new one."""
@@ -170,7 +170,7 @@ class Timer:
         if not was_running:
             engine.incidents.misused("stopped", f"{self.path}.stop() on a stopped timer")
         if state.fold_due:
-            engine.merge_pending(state)
+            engine.windows.merge_pending(state)
 
     def section(self, name: object) -> Section:
         """Return section `name` (a str): a context manager, decorator, or start/stop pair.
@@ -258,7 +258,7 @@ class Timer:
                 "stopped", f"section {child.path!r} stopped more often than started"
             )
         if state.fold_due:
-            engine.merge_pending(state)
+            engine.windows.merge_pending(state)
 
     @staticmethod
     def _check_name(name: object) -> str:

@@ -1,0 +1,171 @@
+"""Reset windows: cutting every thread's running intervals, merging, exited threads, fork."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from looptrace._core.intervals import Interval, ThreadState, descendants
+from looptrace._core.slow_laps import SlowLaps
+
+if TYPE_CHECKING:
+    from looptrace._core.engine import Engine
+
+
+class Windows:
+    """Closes the engine's reset windows; the lap engine itself only starts and ends intervals.
+
+    Lock order: the aggregator's lock before any thread state's lock.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def close_exited_if_free(self) -> None:
+        """Close exited threads now if no `reset()` is running (else the next one does)."""
+        lock = self.engine.aggregator.lock
+        if lock.acquire(blocking=False):  # else the next reset() does it
+            try:
+                self.close_exited()
+            finally:
+                lock.release()
+
+    def steps_done(self, subtree: str | None = None) -> int | None:
+        """Return how many outermost laps the calling thread has completed (None: no laps).
+
+        With several outermost timers, the largest count. It is the step a `reset()` window
+        closes at: the spans of that window have `looptrace.step` below it. With `subtree` (a
+        timer's path), only that timer and its descendants count.
+        """
+        mine: ThreadState | None = getattr(self.engine.local, "state", None)
+        # Without a state of its own (a signal's helper thread): the most laps of any thread.
+        states = [mine] if mine is not None else self.engine.states.all()
+        done = [
+            node.laps - any(interval.node is timer for interval in state.outermost)
+            for state in states
+            for timer, node in list(state.nodes.items())
+            if node.laps and _within(timer.path, subtree)
+        ]
+        return max(done, default=None)
+
+    def merge_pending(self, state: ThreadState) -> None:
+        """Merge a thread's pending measurements into the window (bounds memory)."""
+        aggregator = self.engine.aggregator
+        with aggregator.lock:
+            with state.lock:
+                batches = state.detach_all()
+                SlowLaps.bound(state)
+            for batch in batches:
+                aggregator.merge(*batch)
+
+    def close(self, now: int, *, final: bool = False, subtree: str | None = None) -> None:
+        """Cut every running interval and merge everything measured before the cut.
+
+        Each thread is cut at one instant, read while its lock is held: a thread that lapped
+        after `reset()` read `now` has that lap in this window and nothing before its cut in
+        the next, so no time is counted twice or lost. The caller holds the aggregator's
+        lock, so no measurement after a cut can reach this window. A `final` window (shutdown)
+        ends every running interval instead, its span marked as cut. With `subtree` (a timer's
+        path) only the intervals of that timer and its descendants are cut.
+        """
+        self.close_exited()
+        states = self.engine.states.all()
+        aggregator = self.engine.aggregator
+        for state in states:
+            with state.lock:
+                cut_at = max(now, self.engine.now())
+                state.last_cut = cut_at
+                if final:
+                    for top in reversed(state.outermost):
+                        self.engine.end(state, top, cut_at, cut=True)
+                elif subtree is None:
+                    for top in state.outermost:
+                        self.cut(state, top, cut_at)
+                else:
+                    self._cut_subtree(state, subtree, cut_at)
+                batches = self._drain(state)
+            for batch in batches:
+                aggregator.merge(*batch)
+
+    def _cut_subtree(self, state: ThreadState, subtree: str, now: int) -> None:
+        """Cut the running intervals of the timer at path `subtree` and of its descendants."""
+        below = f"{subtree}."
+        pending = list(state.outermost)
+        while pending:
+            interval = pending.pop()
+            path = interval.node.path
+            if path == subtree or path.startswith(below):
+                self.cut(state, interval, now)
+            else:
+                pending.extend(interval.children)
+
+    def close_exited(self) -> None:
+        """End what exited threads left running, at their exit; holds the aggregator lock."""
+        aggregator = self.engine.aggregator
+        exited = self.engine.states.exited
+        while exited:
+            state, at = exited.popleft()
+            if not self.engine.states.retire(state):
+                continue
+            with state.lock:
+                at = max(at, state.last_cut)
+                for top in reversed(state.outermost):
+                    self.engine.end(state, top, at)
+                batches = self._drain(state)
+            for batch in batches:
+                aggregator.merge(*batch)
+
+    def _drain(self, state: ThreadState) -> list[tuple[str, list[int], int, int, int]]:
+        """Wait for the thread's device events and hand over all it measured; holds its lock."""
+        if state.device is not None:
+            self.engine.device.resolve(state, wait=True)
+        return state.detach_all()
+
+    def after_fork_in_child(self) -> None:
+        """Keep only the forking thread's state, with fresh locks and nothing counted yet."""
+        state = self.engine.states.after_fork_in_child()
+        if state is None:
+            return
+        state.renew_lock()
+        state.detach_all()
+        now = self.engine.now()
+        pending = list(state.outermost)
+        while pending:
+            interval = pending.pop()
+            interval.seg_start = interval.start = now
+            interval.child_ns = 0
+            interval.span = interval.context = None
+            interval.device = None  # a forked child cannot use its parent's device context
+            pending.extend(interval.children)
+        state.device = None
+        state.watched, state.recording, state.record = [], [], None
+
+    def cut(self, state: ThreadState, interval: Interval, now: int) -> None:
+        """Count the part of a running interval before `now`; the rest goes to the next window."""
+        if interval.children:
+            for descendant in reversed(descendants(interval)):
+                self._cut_one(state, descendant, now)
+        self._cut_one(state, interval, now)
+
+    def _cut_one(self, state: ThreadState, interval: Interval, now: int) -> None:
+        """Cut `interval` alone; its running children are cut already.
+
+        The part before the cut goes into this window's total and self time; the interval is
+        counted (count, min, max, quantiles, buckets) once, whole, in the window it ends in.
+        """
+        duration = now - interval.seg_start
+        if duration > 0:
+            if interval.device is None:
+                node_state = interval.state
+                node_state.carry_ns += duration
+                node_state.self_ns += duration - interval.child_ns
+            else:
+                self.engine.device.cut(state, interval)
+            if interval.parent is not None:
+                interval.parent.child_ns += duration
+        interval.seg_start = now
+        interval.child_ns = 0
+
+
+def _within(path: str, subtree: str | None) -> bool:
+    """Whether `path` is the timer at path `subtree` or one of its descendants (None: all)."""
+    return subtree is None or path == subtree or path.startswith(f"{subtree}.")
