@@ -86,8 +86,10 @@ class _PathAggregate:
                 buckets=tuple(self.buckets),
             )
 
-        def quantile(q: float) -> float:
-            return min(max(self.sketch.quantile(q), self.min), self.max) / 1e9
+        p50, p90, p99 = (
+            min(max(value, self.min), self.max) / 1e9
+            for value in self.sketch.quantiles((0.5, 0.9, 0.99))
+        )
 
         variance = (n * self.sumsq - self.sum * self.sum) / (n * n)  # exact integers
         return SectionStats(
@@ -97,9 +99,9 @@ class _PathAggregate:
             min=self.min / 1e9,
             max=self.max / 1e9,
             std=math.sqrt(max(variance, 0.0)) / 1e9,
-            p50=quantile(0.5),
-            p90=quantile(0.9),
-            p99=quantile(0.99),
+            p50=p50,
+            p90=p90,
+            p99=p99,
             self_time=self.self_ns / 1e9,
             errors=self.errors,
             buckets=tuple(self.buckets),

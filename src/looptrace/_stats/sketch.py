@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
+from typing import Final
 
-RELATIVE_ACCURACY = 0.01
-_GAMMA = (1 + RELATIVE_ACCURACY) / (1 - RELATIVE_ACCURACY)
-_INV_LOG_GAMMA = 1 / math.log(_GAMMA)
+RELATIVE_ACCURACY: Final = 0.01
+_GAMMA: Final = (1 + RELATIVE_ACCURACY) / (1 - RELATIVE_ACCURACY)
+_INV_LOG_GAMMA: Final = 1 / math.log(_GAMMA)
 # Values are integer nanoseconds, so indices run from 0 (1 ns) to ~1,400 (1,000 s): memory per
 # sketch is bounded by the range of durations, never by how many were added.
-_MAX_INDEX = math.ceil(math.log(1e13) * _INV_LOG_GAMMA)
+_MAX_INDEX: Final = math.ceil(math.log(1e13) * _INV_LOG_GAMMA)
+# The last integer of each bucket, computed once: `reset()` needs one per bucket it fills.
+_LAST: Final = [math.floor(_GAMMA**index) for index in range(_MAX_INDEX + 1)]
 
 
 class QuantileSketch:
@@ -42,7 +45,7 @@ class QuantileSketch:
             index = bucket_of(values_ns[i])
             # The bucket's last integer; float rounding at its edge moves a value by at most
             # one bucket, well within the accuracy, and `i + 1` guarantees progress.
-            end = max(bisect_right(values_ns, math.floor(_GAMMA**index), i), i + 1)
+            end = max(bisect_right(values_ns, _LAST[index], i), i + 1)
             bins[index] = bins.get(index, 0) + end - i
             i = end
         self.count += n
@@ -53,15 +56,23 @@ class QuantileSketch:
         The nearest-rank definition: the ceil(q * n)-th smallest value, so the p99 of a few
         values is their largest, never below the mean of two.
         """
+        return self.quantiles((q,))[0]
+
+    def quantiles(self, qs: tuple[float, ...]) -> list[float]:
+        """Return the `qs`-quantiles (ascending) in nanoseconds: one pass over sorted buckets."""
         if self.count == 0:
-            return math.nan
-        rank = max(math.ceil(q * self.count) - 1, 0)
+            return [math.nan for _ in qs]
+        ranks = [max(math.ceil(q * self.count) - 1, 0) for q in qs]
+        found: list[float] = []
         seen = 0
-        for index in sorted(self.bins):
-            seen += self.bins[index]
-            if seen > rank:
-                return 2 * _GAMMA**index / (_GAMMA + 1)
-        raise AssertionError("unreachable: rank is below count")
+        bins = self.bins
+        for index in sorted(bins):
+            seen += bins[index]
+            while len(found) < len(ranks) and seen > ranks[len(found)]:
+                found.append(2 * _GAMMA**index / (_GAMMA + 1))
+            if len(found) == len(ranks):
+                return found
+        raise AssertionError("unreachable: every rank is below count")
 
 
 def bucket_of(value_ns: int) -> int:
