@@ -1,0 +1,253 @@
+"""Timers under concurrency: threads, resets from other threads, asyncio tasks, recursion."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+
+from looptrace.testing import Capture, capture
+
+from .conftest import PreemptingClock, Worker, counts, totals
+
+
+def test_threads_share_a_timer_with_exact_counts() -> None:
+    """8 threads x 10,000 sections on one shared timer give exactly 80,000 counts."""
+    cap = capture(trace_every=0)
+    train = cap.lt.timer("training")
+    barrier = threading.Barrier(8)
+
+    def work() -> None:
+        barrier.wait()
+        for _ in range(10_000):
+            train.record("forward")
+        train.stop()
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert counts(cap.lt.reset()) == {"root.training": 8, "root.training.forward": 80_000}
+
+
+def test_reset_from_another_thread_while_recording() -> None:
+    """Resets racing with a recording thread neither lose nor double-count sections."""
+    cap = capture(trace_every=0)
+    train = cap.lt.timer("training")
+    done = threading.Event()
+
+    def work() -> None:
+        for _ in range(20_000):
+            train.record("forward")
+            train.record("backward")
+        train.stop()
+        done.set()
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    seen: dict[str, int] = {}
+    while not done.is_set():
+        for path, n in counts(cap.lt.reset()).items():
+            seen[path] = seen.get(path, 0) + n
+    thread.join()
+    for path, n in counts(cap.lt.reset()).items():
+        seen[path] = seen.get(path, 0) + n
+    # The fake clock never moves, so cuts add nothing: every count is one real section end.
+    assert seen == {
+        "root.training": 1,
+        "root.training.forward": 20_000,
+        "root.training.backward": 20_000,
+    }
+
+
+def test_thread_exit_closes_its_running_sections(cap: Capture) -> None:
+    """Sections a thread leaves running end when it exits, not in later windows."""
+    train = cap.lt.timer("training")
+
+    def work() -> None:
+        train.record("forward")
+        cap.clock.advance(2.0)
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join()
+    cap.clock.advance(5.0)
+    assert totals(cap.lt.reset()) == {"root.training": 2.0, "root.training.forward": 2.0}
+    assert dict(cap.lt.reset()) == {}
+
+
+def test_section_returns_one_object_per_name(cap: Capture) -> None:
+    """train.section(name) is the same object on every call, so loops allocate nothing."""
+    train = cap.lt.timer("training")
+    assert train.section("optimizer") is train.section("optimizer")
+    assert train.section("optimizer") is not train.section("eval")
+
+
+def test_section_object_shared_by_threads(cap: Capture) -> None:
+    """One section object entered by two threads at once keeps their entries apart."""
+    train = cap.lt.timer("training")
+    section = train.section("io")
+    inside = threading.Barrier(2)
+
+    def work() -> None:
+        with section:
+            inside.wait()
+            cap.clock.advance(0.5)
+            inside.wait()
+        train.stop()
+
+    threads = [threading.Thread(target=work) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert counts(cap.lt.reset()) == {"root.training": 2, "root.training.io": 2}
+
+
+def test_reset_preempted_after_reading_the_clock_counts_each_lap_once() -> None:
+    """A lap made between reset()'s clock read and its cut is counted once, not twice."""
+    clock = PreemptingClock()
+    cap = capture(trace_every=0, clock=clock)
+    train = cap.lt.timer("training")
+    worker = Worker()
+    worker.run(train.record)
+    ran = 0
+    windows = []
+    for _ in range(10):
+        for _ in range(5):
+            clock.advance(0.001)
+            worker.run(train.record)
+            ran += 1
+
+        def lap_in_between() -> None:
+            clock.advance(0.001)
+            worker.run(train.record)
+
+        clock.on_read = lap_in_between
+        windows.append(cap.lt.reset())
+        ran += 1
+    worker.run(train.stop)
+    windows.append(cap.lt.reset())
+    worker.close()
+    assert ran == 60
+    assert round(sum(w["root.training"].total for w in windows), 9) == 0.06
+
+
+@pytest.mark.parametrize("action", ["stop", "record", "reset"])
+def test_deep_recursion_needs_no_stack_in_the_engine(cap: Capture, action: str) -> None:
+    """450 nested decorated calls, then stop/record/reset at the bottom: no RecursionError."""
+    train = cap.lt.timer("training")
+    depth = 450
+
+    @train.timed("dive")
+    def dive(n: int) -> None:
+        cap.clock.advance(0.001)
+        if n > 1:
+            dive(n - 1)
+        elif action == "stop":
+            train.stop()
+        elif action == "record":
+            train.record()
+        else:
+            cap.lt.reset()
+
+    train.record()
+    dive(depth)
+    train.stop()
+    assert cap.lt.reset()["root.training.dive"].count == depth
+
+
+def test_asyncio_tasks_keep_their_own_sections(cap: Capture) -> None:
+    """Two tasks on one loop: B entering a section does not end A's, each measures its own."""
+    t = cap.lt.timer("handler")
+    clock = cap.clock
+
+    async def main() -> None:
+        a_in, b_done = asyncio.Event(), asyncio.Event()
+
+        async def task_a() -> None:
+            with t.section("a"):
+                a_in.set()
+                await b_done.wait()
+                clock.advance(0.15)
+
+        async def task_b() -> None:
+            await a_in.wait()
+            clock.advance(0.1)
+            with t.section("b"):
+                clock.advance(0.05)
+            b_done.set()
+
+        await asyncio.gather(task_a(), task_b())
+
+    asyncio.run(main())
+    snap = cap.lt.reset()
+    assert totals(snap) == {"root.handler": 0.35, "root.handler.a": 0.3, "root.handler.b": 0.05}
+    assert counts(snap) == {"root.handler": 2, "root.handler.a": 1, "root.handler.b": 1}
+    assert cap.lt.health().misuse == 0
+
+
+def test_a_finished_task_ends_what_it_left_running(cap: Capture) -> None:
+    """Sections a task leaves running end when it is done, not in later windows."""
+    t = cap.lt.timer("handler")
+
+    async def handle() -> None:
+        t.record("x")
+        cap.clock.advance(1.0)
+
+    async def main() -> None:
+        await asyncio.create_task(handle())
+        await asyncio.sleep(0)  # the task's done callbacks run
+        cap.clock.advance(5.0)
+
+    asyncio.run(main())
+    assert totals(cap.lt.reset()) == {"root.handler": 1.0, "root.handler.x": 1.0}
+
+
+def test_timed_async_and_generator_functions_measure_the_whole_call(cap: Capture) -> None:
+    """@timed on async def, generator and async generator functions spans awaits and yields."""
+    t = cap.lt.timer("serve")
+    clock = cap.clock
+
+    @t.timed()
+    async def handle() -> int:
+        clock.advance(0.1)
+        await asyncio.sleep(0)
+        clock.advance(0.2)
+        return 7
+
+    @t.timed()
+    def produce() -> Iterator[int]:
+        for i in range(3):
+            clock.advance(0.1)
+            yield i
+
+    @t.timed()
+    async def stream() -> AsyncIterator[int]:
+        for i in range(2):
+            clock.advance(0.25)
+            await asyncio.sleep(0)
+            yield i
+
+    async def consume() -> list[int]:
+        return [item async for item in stream()]
+
+    assert asyncio.run(handle()) == 7
+    assert list(produce()) == [0, 1, 2]
+    t.stop()
+    assert asyncio.run(consume()) == [0, 1]
+    first = produce()
+    next(first)
+    first.close()  # closed early: the call ends there, without an error
+    t.stop()
+    snap = cap.lt.reset()
+    assert sum(s.errors for s in snap.values()) == 0
+    assert totals(snap) == {
+        "root.serve": 1.2,  # 0.3 + 0.5 in the tasks, 0.3 + 0.1 in this thread
+        "root.serve.handle": 0.3,
+        "root.serve.produce": 0.4,
+        "root.serve.stream": 0.5,
+    }
