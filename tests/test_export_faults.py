@@ -149,7 +149,9 @@ def test_collector_restart_mid_run_delivers_what_comes_after(
     delivered = sum(1 for s in receiver.spans if s["attributes"]["looptrace.step"] >= 300)
     print(f"collector restart ({protocol}): {delivered}/{after} delivered after the restart")
     assert delivered >= 0.99 * after
-    assert lt.health().dropped_spans == 2 * 1000 + 1 - len(receiver.spans)
+    # Nothing is lost uncounted. A request that timed out on a loaded machine may still have
+    # arrived, so a span can be both counted lost and delivered: at least, not exactly.
+    assert lt.health().dropped_spans >= 2 * 1000 + 1 - len(receiver.spans)
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
