@@ -6,7 +6,6 @@ import asyncio
 import os
 import threading
 import weakref
-from _thread import get_ident
 from asyncio import current_task
 from asyncio.events import _get_running_loop
 from collections import deque
@@ -17,9 +16,8 @@ from typing import Any, Final
 from looptrace._core.intervals import ThreadState
 from looptrace._core.sentinel import ExitSentinel
 
-# Constants, not module globals: read on every call, compiled they are C statics.
+# A constant, not a module global: read on every call, compiled it is a C static.
 _running_loop: Final = _get_running_loop
-_thread_ident: Final = get_ident
 
 
 class States:
@@ -38,10 +36,6 @@ class States:
         self.exited: deque[tuple[ThreadState, int]] = deque()
         self.on_new: Callable[[], None] = lambda: None  # runs before a state is made
         self._pid = os.getpid()
-        # The thread that asked last, with its state: one comparison on the hot path instead
-        # of a thread-local lookup. One attribute, so it is written at once; a thread's exit
-        # clears it before the thread's ident can be reused.
-        self.last: tuple[int, ThreadState | None] = (0, None)
         self._task: ContextVar[tuple[weakref.ref[asyncio.Task[Any]], ThreadState] | None] = (
             ContextVar("looptrace_task_state", default=None)
         )
@@ -54,15 +48,10 @@ class States:
 
     def thread_state(self) -> ThreadState:
         """Return the calling thread's state, made on first use."""
-        ident = _thread_ident()
-        last = self.last
-        if last[0] == ident and last[1] is not None:
-            return last[1]
         try:
             state: ThreadState = self.local.state
         except AttributeError:
             state = self._new_thread_state()
-        self.last = (ident, state)
         return state
 
     def _new_thread_state(self) -> ThreadState:
@@ -102,8 +91,6 @@ class States:
     def ended(self, state: ThreadState) -> None:
         """Queue a state whose thread or task ended (may run inside `os.fork`: no locks)."""
         if os.getpid() == self._pid:  # in a forked child the state belongs to the parent
-            if self.last[1] is state:
-                self.last = (0, None)
             self.exited.append((state, self.now()))
 
     def all(self) -> list[ThreadState]:
@@ -124,7 +111,6 @@ class States:
         self.lock = threading.Lock()
         self._by_id = {}
         self.exited = deque()
-        self.last = (0, None)
         self._pid = os.getpid()
         state: ThreadState | None = getattr(self.local, "state", None)
         if state is not None:

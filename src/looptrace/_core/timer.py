@@ -8,7 +8,7 @@ from types import TracebackType
 from typing import Final, ParamSpec, TypeVar
 
 from looptrace._core.engine import Engine
-from looptrace._core.intervals import Interval
+from looptrace._core.intervals import Interval, ThreadState
 from looptrace._core.iterate import laps
 from looptrace._core.wrap import wrap
 from looptrace._stats.aggregator import OTHER_PATH
@@ -130,7 +130,10 @@ class Timer:
             engine.incidents.misused("closed", f"{self.path}.record() after shutdown()")
             return
         if _running_loop() is None:
-            state = engine.states.thread_state()
+            try:
+                state: ThreadState = engine.local.state
+            except AttributeError:
+                state = engine.states.thread_state()
         else:
             state = engine.states.task_state()
         state.acquire()  # not `with`: this is the hot path, and half the cost
@@ -211,7 +214,10 @@ class Timer:
             engine.incidents.misused("closed", f"{child.path} entered after shutdown()")
             return None
         if _running_loop() is None:
-            state = engine.states.thread_state()
+            try:
+                state: ThreadState = engine.local.state
+            except AttributeError:
+                state = engine.states.thread_state()
         else:
             state = engine.states.task_state()
         state.acquire()  # not `with`: this is the hot path, and half the cost
@@ -234,7 +240,10 @@ class Timer:
         """Leave an entry of section `child`: `interval`, or (None) the thread's latest held one."""
         engine = self._engine
         if _running_loop() is None:
-            state = engine.states.thread_state()
+            try:
+                state: ThreadState = engine.local.state
+            except AttributeError:
+                state = engine.states.thread_state()
         else:
             state = engine.states.task_state()
         state.acquire()  # not `with`: this is the hot path, and half the cost
