@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from opentelemetry import trace
@@ -30,11 +29,18 @@ class Tracing:
     processor: AggregatingSpanProcessor | None = None
     step_traces: StepTraces | None = None
 
-    def spans_read(self) -> Callable[[], bool] | None:
-        """Return the engine's test of whether anyone reads spans; None keeps its default (yes)."""
-        if isinstance(self.provider, SdkTracerProvider) and self.processor is not None:
-            return _other_processors(self.provider, self.processor)
-        return None
+    def span_processors(self) -> tuple[object, object] | None:
+        """Return what the engine watches to know whether anyone reads spans (`LapSpans.watch`).
+
+        The SDK provider's holder of span processors and looptrace's own processor; None (an
+        SDK of unknown shape, or another provider) keeps the engine's default: spans are read.
+        """
+        if not isinstance(self.provider, SdkTracerProvider) or self.processor is None:
+            return None
+        holder = getattr(self.provider, "_active_span_processor", None)
+        if holder is None or not hasattr(holder, "_span_processors"):
+            return None
+        return holder, self.processor
 
 
 @dataclass(frozen=True)
@@ -83,22 +89,3 @@ def _step_traces(
     if not run or not isinstance(generator, StepIdGenerator):
         return None
     return StepTraces(run, rank.rank, generator)
-
-
-def _other_processors(
-    provider: SdkTracerProvider, mine: AggregatingSpanProcessor
-) -> Callable[[], bool]:
-    """Return a test of whether `provider` has a span processor besides looptrace's own.
-
-    Without one nothing reads looptrace's spans, so none is built. Processors added later
-    (an exporter, a span file) count from the next lap on.
-    """
-    multi = getattr(provider, "_active_span_processor", None)
-    if multi is None or not hasattr(multi, "_span_processors"):
-        return lambda: True  # an SDK of unknown shape: assume someone reads
-
-    def others() -> bool:
-        found = multi._span_processors  # a tuple, replaced whenever one is added
-        return len(found) > 1 or (len(found) == 1 and found[0] is not mine)
-
-    return others

@@ -248,9 +248,9 @@ def _engine(
         device_clock=clocks.device,
         slow_lap_factor=slow_lap_factor,
     )
-    spans_read = tracing.spans_read()
-    if spans_read is not None:
-        engine.spans.spans_read = spans_read
+    watched = tracing.span_processors()
+    if watched is not None:
+        engine.spans.watch(*watched)
     if clocks.synced:
         engine.device.disable()  # every boundary is already host-aligned
     return engine

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from opentelemetry import trace
 from opentelemetry.context import Context
@@ -42,9 +41,27 @@ class LapSpans:
         self.anchor = anchor
         self.span_attributes = span_attributes
         self.incidents = incidents
-        # Whether anything besides looptrace's own processor reads spans; asked once per lap.
-        self.spans_read: Callable[[], bool] = lambda: True
+        # What `spans_read()` watches: a provider's tuple of span processors (on `holder`,
+        # replaced whenever one is added) and looptrace's own among them; None: assume read.
+        self._holder: Any = None
+        self._own: object = None
         self._bases: dict[Timer, dict[str, str | int]] = {}
+
+    def watch(self, holder: object, own: object) -> None:
+        """Read spans only while `holder._span_processors` has a processor besides `own`.
+
+        Asked at every outermost lap, so a processor added later (an exporter, a span file)
+        counts from the next lap on; compiled, the test is a few C operations.
+        """
+        self._holder, self._own = holder, own
+
+    def spans_read(self) -> bool:
+        """Whether anything besides looptrace's own processor reads spans."""
+        holder = self._holder
+        if holder is None:
+            return True
+        found = holder._span_processors
+        return len(found) > 1 or (len(found) == 1 and found[0] is not self._own)
 
     def traced(self, step: int) -> bool:
         """Whether outermost lap `step` gets spans: sampled, and something reads them."""
