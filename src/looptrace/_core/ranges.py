@@ -28,10 +28,11 @@ _logger = logging.getLogger("looptrace")
 class _Gate:
     """What turns ranges on: torch's profiler module once seen, and NVTX when asked or attached."""
 
-    __slots__ = ("failed", "nvtx", "profiler")
+    __slots__ = ("failed", "modules_seen", "nvtx", "profiler")
 
     def __init__(self) -> None:
         self.profiler: Any = None
+        self.modules_seen = 0  # how many modules were loaded when the profiler was looked for
         self.nvtx = bool(os.environ.get(NVTX_TOOL_VARIABLE))
         self.failed = False
 
@@ -61,10 +62,15 @@ def quiet() -> bool:
 
 
 def find_profiler() -> None:
-    """Look for torch's profiler module (at each outermost lap) until torch has imported it."""
-    if gate.profiler is None:
+    """Look for torch's profiler module (at each outermost lap) until torch has imported it.
+
+    The module table is searched only when its size changed since the last look.
+    """
+    if gate.profiler is None and len(_MODULES) != gate.modules_seen:
         profiler = _MODULES.get(_PROFILER)
-        if profiler is not None and hasattr(profiler, "_is_profiler_enabled"):
+        if profiler is None:
+            gate.modules_seen = len(_MODULES)
+        elif hasattr(profiler, "_is_profiler_enabled"):  # else still importing: look again
             gate.profiler = profiler
 
 
