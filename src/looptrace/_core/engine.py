@@ -67,8 +67,6 @@ class Engine:
         self.states.on_new = self.windows.close_exited_if_free
         self.local = self.states.local
         self.state = self.states.state
-        self.thread_state = self.states.thread_state
-        self.task_state = self.states.task_state
         self.device = DeviceTiming(device_clock, tracer, self.anchor, incidents, self.spans.base)
         # Traces untraced laps much slower than their timer's recent median (None: off).
         self.slow: SlowLaps | None = None
