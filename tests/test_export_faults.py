@@ -9,15 +9,21 @@ import re
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
+from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult, MetricsData
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 import looptrace
+from looptrace._export.otlp import MetricPusher
+from looptrace._export.span_export import CountingSpanExporter
+from looptrace._stats.health import Incidents
 from looptrace.testing import FakeClock
 
 from .otlp_server import OtlpReceiver, StalledServer, Tls, free_port
@@ -410,3 +416,86 @@ def test_spans_a_stalled_collector_cannot_take_are_counted_during_the_loop(
         stalled.close()
     assert in_loop >= spans - 2 * 64  # all but one batch in flight and one queue
     assert lt.health().dropped_spans == spans
+
+
+class _ClosingChannel:
+    """A channel whose call blocks until the exporter shuts it, then raises as gRPC does."""
+
+    def __init__(self) -> None:
+        self.calling = threading.Event()
+        self.closed = threading.Event()
+
+    def call(self) -> None:
+        """Wait for the close, then fail the call the way a closed gRPC channel does."""
+        self.calling.set()
+        self.closed.wait(10)
+        raise ValueError("Cannot invoke RPC on closed channel!")
+
+
+class _ClosedUnderSpans(SpanExporter):
+    """A span exporter whose channel closes under the batch in flight."""
+
+    def __init__(self) -> None:
+        self.channel = _ClosingChannel()
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        """Send the batch on the channel."""
+        self.channel.call()
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        """Close the channel."""
+        self.channel.closed.set()
+
+
+class _ClosedUnderMetrics(MetricExporter):
+    """A metric exporter whose channel closes under the push in flight."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.channel = _ClosingChannel()
+
+    def export(
+        self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any
+    ) -> MetricExportResult:
+        """Send the push on the channel."""
+        self.channel.call()
+        return MetricExportResult.SUCCESS
+
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        """Nothing is buffered."""
+        return True
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+        """Close the channel."""
+        self.channel.closed.set()
+
+
+def test_spans_in_flight_at_shutdown_are_dropped_not_an_internal_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An exporter that raises because shutdown closed it under a batch loses the batch quietly."""
+    incidents = Incidents()
+    inner = _ClosedUnderSpans()
+    counting = CountingSpanExporter(inner, incidents)
+    span = TracerProvider().get_tracer("test").start_span("step")
+    span.end()
+    counting.shutdown()  # what the SDK's batch processor does when its join timed out
+    assert counting.export([cast(ReadableSpan, span)]) is SpanExportResult.FAILURE
+    assert (incidents.dropped_spans, incidents.internal_errors) == (1, 0)
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def test_a_metrics_push_in_flight_at_close_fails_without_an_internal_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """close() shutting the exporter down under a push counts a failed push, not an error."""
+    incidents = Incidents()
+    exporter = _ClosedUnderMetrics()
+    pusher = MetricPusher(exporter, lambda: MetricsData(resource_metrics=[]), incidents, 5.0)
+    ticket = pusher.request()
+    assert exporter.channel.calling.wait(5)
+    pusher.close()
+    assert pusher.wait(ticket, 5)
+    assert (incidents.failed_metric_pushes, incidents.internal_errors) == (1, 0)
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]

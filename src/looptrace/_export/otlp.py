@@ -162,7 +162,8 @@ class MetricPusher:
                 return
             result = self._exporter.export(data, timeout_millis=self._timeout_ms)
         except Exception:
-            self._incidents.failed("OTLP metric export")
+            if not self._closed:  # a push in flight when close() shut the exporter down raises
+                self._incidents.failed("OTLP metric export")
             result = MetricExportResult.FAILURE
         if result is not MetricExportResult.SUCCESS:
             self._incidents.push_failed()

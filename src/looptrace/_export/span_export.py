@@ -30,13 +30,20 @@ class CountingSpanExporter(SpanExporter):
         self.delivered = 0
         self.failed = 0
         self.settled = False  # set once shutdown has counted what is still pending
+        self.closing = False  # set when shutdown starts closing the wrapped exporter
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        """Export a batch; a failure or an exception counts every span of it as dropped."""
+        """Export a batch; a failure or an exception counts every span of it as dropped.
+
+        An exporter shut down under a batch in flight (a gRPC channel closed by a shutdown that
+        stopped waiting for a stalled collector) raises: those spans are lost as any undelivered
+        ones are, not an internal error.
+        """
         try:
             result = self.inner.export(spans)
         except Exception:
-            self._incidents.failed(f"{type(self.inner).__name__}.export")
+            if not self.closing:
+                self._incidents.failed(f"{type(self.inner).__name__}.export")
             result = SpanExportResult.FAILURE
         with self._lock:
             if self.settled:
@@ -50,6 +57,7 @@ class CountingSpanExporter(SpanExporter):
 
     def shutdown(self) -> None:
         """Shut the wrapped exporter down."""
+        self.closing = True
         self.inner.shutdown()
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
@@ -60,7 +68,7 @@ class CountingSpanExporter(SpanExporter):
         """Start counting afresh, with a fresh lock, in a forked child."""
         self._lock = threading.Lock()
         self.delivered = self.failed = 0
-        self.settled = False
+        self.settled = self.closing = False
 
     def settle(self, accepted: int) -> int:
         """Count spans accepted for export but neither delivered nor failed; stop counting."""
