@@ -6,11 +6,16 @@ import itertools
 import logging
 import math
 import statistics
+import sys
+import threading
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from looptrace._stats.aggregator import FOLD_AT, Aggregator
-from looptrace._stats.buckets import BOUNDARIES_S
+from looptrace._stats.aggregator import FOLD_AT, KEEP_RAW, Aggregator
+from looptrace._stats.buckets import BOUNDARIES_NS, BOUNDARIES_S
+from looptrace._stats.snapshot import SectionStats
 from looptrace.testing import capture
 
 
@@ -51,6 +56,31 @@ def test_bucket_counts_follow_prometheus_le() -> None:
     expected[BOUNDARIES_S.index(0.4)] = 1
     expected[-1] = 1  # beyond 1000 s
     assert list(buckets) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.lists(
+            st.one_of(st.sampled_from(BOUNDARIES_NS), st.integers(0, 2 * 10**12)),
+            min_size=1,
+            max_size=80,
+        ),
+        min_size=1,
+        max_size=4,
+    )
+)
+def test_bucket_counts_of_any_batches_match_one_duration_at_a_time(
+    batches: list[list[int]],
+) -> None:
+    """Batches small or large, narrow or wide, on or off boundaries: each duration counted once."""
+    aggregator = Aggregator()
+    expected = [0] * (len(BOUNDARIES_NS) + 1)
+    for batch in batches:
+        for duration in batch:
+            expected[sum(bound < duration for bound in BOUNDARIES_NS)] += 1
+        aggregator.merge("a", list(batch), 0, 0)
+    assert list(aggregator.snapshot(start_ns=0, end_ns=1, rank=0)["a"].buckets) == expected
 
 
 def test_boundaries_are_log_spaced_seconds_from_1us_to_1000s() -> None:
@@ -121,3 +151,31 @@ def test_nan_statistics_are_left_out_of_metrics() -> None:
     cap.clock.advance(1.0)
     flat = cap.lt.reset().as_metrics()
     assert all(not math.isnan(v) for v in flat.values())
+
+
+def test_a_snapshot_read_from_many_threads_at_once_computes_each_path_once() -> None:
+    """Statistics computed on first read are the same whichever threads race to read them."""
+    durations = [1_000 + (i * 7919) % 100_000 for i in range(KEEP_RAW - 1)]  # kept unfolded
+    aggregator = Aggregator()
+    with aggregator.lock:
+        aggregator.merge("a", list(durations), 0, 0)
+        snapshot = aggregator.snapshot(start_ns=0, end_ns=1, rank=0)
+    barrier = threading.Barrier(8)
+    read: list[SectionStats] = []
+
+    def reader() -> None:
+        barrier.wait()
+        read.append(snapshot["a"])
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter can
+    try:
+        threads = [threading.Thread(target=reader) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert len({id(stats) for stats in read}) == 1
+    assert (read[0].count, read[0].total) == (len(durations), sum(durations) / 1e9)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import threading
 from typing import Any
 
 import pytest
@@ -12,6 +13,8 @@ from opentelemetry.sdk.metrics.export import (
     AggregationTemporality,
     HistogramDataPoint,
     InMemoryMetricReader,
+    MetricExporter,
+    MetricExportResult,
     MetricsData,
     PeriodicExportingMetricReader,
 )
@@ -19,7 +22,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 
 import looptrace
-from looptrace._export.cumulative import CumulativeHistograms
+from looptrace._export.cumulative import MAX_PENDING_WINDOWS, CumulativeHistograms
 from looptrace._stats.buckets import BOUNDARIES_S
 from looptrace.testing import Capture, FakeClock
 
@@ -117,6 +120,58 @@ def test_cumulative_reader_gets_the_totals_of_all_windows() -> None:
     assert {path: _histogram(p) for path, p in points.items()} == _expected(first, second)
     assert {p.start_time_unix_nano for p in points.values()} == {first.start_ns}
     assert {p.time_unix_nano for p in points.values()} == {second.end_ns}
+
+
+def test_windows_nobody_collected_for_long_all_reach_the_totals() -> None:
+    """More windows than reset() queues for a reader are added up once each, in any order read."""
+    reader = InMemoryMetricReader()
+    lt, clock = _configured(reader)
+    windows = [_window(lt, clock, seed=seed) for seed in range(2 * MAX_PENDING_WINDOWS + 3)]
+    points = _points(reader.get_metrics_data())
+    lt.shutdown()
+    assert {path: _histogram(p) for path, p in points.items()} == _expected(*windows)
+
+
+class _HeldExporter(MetricExporter):
+    """An application's metric exporter whose export waits until the test lets it go."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.finished = threading.Event()
+
+    def export(
+        self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any
+    ) -> MetricExportResult:
+        """Hold the export until released."""
+        self.entered.set()
+        self.release.wait(5)
+        self.finished.set()
+        return MetricExportResult.SUCCESS
+
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        """Nothing is buffered."""
+        return True
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+        """Let a held export go."""
+        self.release.set()
+
+
+def test_reset_does_not_wait_for_the_applications_metric_exporter() -> None:
+    """reset() asks the provider to flush and returns; the app's export runs on another thread."""
+    exporter = _HeldExporter()
+    reader = PeriodicExportingMetricReader(exporter, export_interval_millis=3_600_000)
+    provider = MeterProvider(metric_readers=[reader])
+    clock = FakeClock()
+    lt = looptrace.configure(tracer_provider=TracerProvider(), meter_provider=provider, clock=clock)
+    _window(lt, clock, seed=3)
+    assert exporter.entered.wait(5)
+    assert not exporter.finished.is_set()  # reset() returned with the export in progress
+    exporter.release.set()
+    lt.shutdown()
+    provider.shutdown()
 
 
 def test_delta_reader_gets_each_window_once() -> None:

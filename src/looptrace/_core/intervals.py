@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from opentelemetry import trace
 from opentelemetry.context import Context
 
-from looptrace._stats.aggregator import FOLD_AT
+from looptrace._stats.aggregator import FOLD_AT, Batch
 from looptrace._stats.attributes import THREAD_ID, THREAD_NAME
 
 if TYPE_CHECKING:
@@ -66,7 +66,7 @@ class NodeState:
             self.errors += 1
         return len(durations) >= FOLD_AT
 
-    def detach(self) -> tuple[str, list[int], int, int, int]:
+    def detach(self) -> Batch:
         """Hand over the pending measurements as one batch and start collecting anew."""
         batch = (self.path, self.durations, self.self_ns, self.errors, self.carry_ns)
         self.durations, self.self_ns, self.errors, self.carry_ns = [], 0, 0, 0
@@ -181,7 +181,7 @@ class ThreadState:
             state = self.nodes[timer] = NodeState(timer.path)
         return state
 
-    def detach_all(self) -> list[tuple[str, list[int], int, int, int]]:
+    def detach_all(self) -> list[Batch]:
         """Hand over every pending batch; the caller holds `lock`."""
         self.fold_due = False
         return [node.detach() for node in self.nodes.values() if node.pending]

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from looptrace._core.intervals import Interval, ThreadState, descendants
 from looptrace._core.slow_laps import SlowLaps
+from looptrace._stats.aggregator import Batch
 
 if TYPE_CHECKING:
     from looptrace._core.engine import Engine
@@ -55,7 +56,7 @@ class Windows:
                 batches = state.detach_all()
                 SlowLaps.bound(state)
             for batch in batches:
-                aggregator.merge(*batch)
+                aggregator.merge_batch(batch)
 
     def close(self, now: int, *, final: bool = False, subtree: str | None = None) -> None:
         """Cut every running interval and merge everything measured before the cut.
@@ -84,7 +85,7 @@ class Windows:
                     self._cut_subtree(state, subtree, cut_at)
                 batches = self._drain(state)
             for batch in batches:
-                aggregator.merge(*batch)
+                aggregator.merge_batch(batch)
 
     def _cut_subtree(self, state: ThreadState, subtree: str, now: int) -> None:
         """Cut the running intervals of the timer at path `subtree` and of its descendants."""
@@ -112,9 +113,9 @@ class Windows:
                     self.engine.end(state, top, at)
                 batches = self._drain(state)
             for batch in batches:
-                aggregator.merge(*batch)
+                aggregator.merge_batch(batch)
 
-    def _drain(self, state: ThreadState) -> list[tuple[str, list[int], int, int, int]]:
+    def _drain(self, state: ThreadState) -> list[Batch]:
         """Wait for the thread's device events and hand over all it measured; holds its lock."""
         if state.device is not None:
             self.engine.device.resolve(state, wait=True)

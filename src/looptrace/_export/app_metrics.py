@@ -4,9 +4,10 @@ The OpenTelemetry Python SDK has no `MetricProducer` yet: a reader collects only
 provider's own instruments aggregated, and recording each duration through a `Histogram`
 would cost microseconds per section. So each reader the provider holds at `configure()` gets
 its collection extended: whenever it collects (a periodic export, a Prometheus scrape, the
-provider's `force_flush()` at `reset()`), looptrace's pre-aggregated metrics ride along under
-the `looptrace` scope, in the temporality the reader prefers. They are the numbers the OTLP
-push and the Prometheus endpoint serve, rendered by the same code.
+provider's `force_flush()` that `reset()` asks a thread of looptrace's for), looptrace's
+pre-aggregated metrics ride along under the `looptrace` scope, in the temporality the reader
+prefers. They are the numbers the OTLP push and the Prometheus endpoint serve, rendered by the
+same code.
 
 This reaches into the SDK (a reader's collect callback and temporality table, the provider's
 readers and resource); `ReaderHooks` checks each at `configure()` and raises `ConfigError`
@@ -16,8 +17,10 @@ the provider after `configure()` are not extended.
 
 from __future__ import annotations
 
+import os
+import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 from opentelemetry.metrics import MeterProvider, NoOpMeterProvider
 from opentelemetry.sdk.metrics import Histogram
@@ -32,6 +35,7 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.resources import Resource
 
 from looptrace._distributed.ranks import RankInfo
+from looptrace._export.coalesced import Coalesced
 from looptrace._export.cumulative import CumulativeHistograms, DeltaCursor
 from looptrace._export.outputs import Outputs
 from looptrace._stats.errors import ConfigError
@@ -39,6 +43,7 @@ from looptrace._stats.health import Incidents
 from looptrace._stats.snapshot import Snapshot
 
 Collect = Callable[..., MetricsData | None]
+FLUSH_TIMEOUT_S: Final = 10.0  # what `shutdown()` waits for the last flush: the SDK's default
 
 
 class ReaderHooks:
@@ -55,6 +60,16 @@ class ReaderHooks:
         self._incidents = incidents
         self._config: Any = None
         self._provider: SdkMeterProvider | None = None
+        self._flushes = Coalesced(self._flush_now, "looptrace-app-metrics")
+        if hasattr(os, "register_at_fork"):
+            flushes = weakref.ref(self._flushes)
+
+            def renew() -> None:  # a forked child flushes its own windows, on its own thread
+                runner = flushes()
+                if runner is not None:
+                    runner.after_fork_in_child(closed=False)
+
+            os.register_at_fork(after_in_child=renew)
         if isinstance(provider, NoOpMeterProvider):
             return
         if not isinstance(provider, SdkMeterProvider):
@@ -102,11 +117,23 @@ class ReaderHooks:
             # The SDK calls it as (reader, timeout_millis=...); its annotation says otherwise.
             reader._set_collect_callback(extended)  # type: ignore[arg-type]
         outputs.on_reset.append(self.flush)
+        outputs.on_shutdown.append(self.close)
 
     def flush(self, _snapshot: Snapshot) -> None:
-        """Have the readers collect now, so a window reaches their exporters at `reset()`."""
-        if self._provider is not None:
-            self._provider.force_flush()
+        """Have the readers collect soon, on looptrace's thread: `reset()` returns at once."""
+        self._flushes.request()
+
+    def close(self) -> None:
+        """Flush the last window, waiting at most `FLUSH_TIMEOUT_S`; flush nothing after."""
+        self._flushes.wait(self._flushes.request(), FLUSH_TIMEOUT_S)
+        self._flushes.close()
+
+    def _flush_now(self) -> None:
+        try:
+            if self._provider is not None:
+                self._provider.force_flush()
+        except Exception:
+            self._incidents.failed("flush of an application's MeterProvider")
 
 
 def _extended(

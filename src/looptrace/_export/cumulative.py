@@ -52,6 +52,7 @@ from looptrace._stats.snapshot import SectionStats, Snapshot
 from looptrace._stats.version import version
 
 CUMULATIVE = AggregationTemporality.CUMULATIVE
+MAX_PENDING_WINDOWS = 32  # windows queued before `reset()` adds them up itself
 DELTA = AggregationTemporality.DELTA
 
 
@@ -158,6 +159,9 @@ class CumulativeHistograms:
         self.lock = threading.Lock()
         self._totals = Totals()
         self._cursors: list[DeltaCursor] = []
+        # Windows not yet added up: `reset()` only queues its window, and whoever reads the
+        # totals next (a scrape, a push, a reader's collection) adds them up on its own thread.
+        self._pending: list[tuple[Snapshot, dict[str, dict[int, TraceExemplar]]]] = []
         if hasattr(os, "register_at_fork"):
             ref = weakref.ref(self)
 
@@ -173,20 +177,30 @@ class CumulativeHistograms:
         paths = None if snapshot.subtree == "root" else snapshot  # a timer's window: its paths
         exemplars = {} if self.exemplars is None else self.exemplars.take(snapshot.end_ns, paths)
         with self.lock:
+            self._pending.append((snapshot, exemplars))
+            if len(self._pending) >= MAX_PENDING_WINDOWS:  # nobody read for long: bound memory
+                self._add_pending()
+
+    def _add_pending(self) -> None:
+        """Add the queued windows to the totals and every cursor; the caller holds `lock`."""
+        for snapshot, exemplars in self._pending:
             self._totals.add(snapshot, exemplars)
             for cursor in self._cursors:
                 cursor.pending.add(snapshot, exemplars)
+        self._pending.clear()
 
     def delta_cursor(self) -> DeltaCursor:
         """Return a new cursor that collects every window added from now on."""
         cursor = DeltaCursor(self)
         with self.lock:
+            self._add_pending()
             self._cursors.append(cursor)
         return cursor
 
     def series(self) -> dict[str, Series]:
         """Return a copy of every path's cumulative series."""
         with self.lock:
+            self._add_pending()
             return {path: s.copy() for path, s in self._totals.series.items()}
 
     def labels(self, path: str) -> dict[str, str | int]:
@@ -212,6 +226,7 @@ class CumulativeHistograms:
         """
         dropped = self.dropped_spans()
         with self.lock:
+            self._add_pending()
             if cursor is None:
                 totals = Totals(self._totals.start_ns, self._totals.time_ns)
                 totals.series = {path: s.copy() for path, s in self._totals.series.items()}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -23,6 +22,7 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
 from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult, MetricsData
 from opentelemetry.sdk.trace.export import SpanExporter
 
+from looptrace._export.coalesced import Coalesced
 from looptrace._export.otlp_settings import OtlpSettings
 from looptrace._stats.health import Incidents
 
@@ -102,36 +102,19 @@ class MetricPusher:
         self._build = build
         self._incidents = incidents
         self._timeout_ms = timeout_s * 1e3
-        self._cond = threading.Condition()
-        self._requested = 0
-        self._done = 0
-        self._closed = False
-        self._thread: threading.Thread | None = None
+        self._pushes = Coalesced(self._push, "looptrace-metrics")
 
     def request(self) -> int:
         """Ask for a push of the current totals; return a ticket for `wait()`."""
-        with self._cond:
-            if self._closed:
-                return self._done
-            self._requested += 1
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, name="looptrace-metrics", daemon=True
-                )
-                self._thread.start()
-            self._cond.notify_all()
-            return self._requested
+        return self._pushes.request()
 
     def wait(self, ticket: int, timeout_s: float) -> bool:
         """Wait until the push for `ticket` is done (delivered or failed), at most `timeout_s`."""
-        with self._cond:
-            return self._cond.wait_for(lambda: self._done >= ticket, timeout_s)
+        return self._pushes.wait(ticket, timeout_s)
 
     def close(self) -> None:
         """Stop the thread after the pending push and shut the exporter down."""
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
+        self._pushes.close()
         try:
             self._exporter.shutdown()
         except Exception:
@@ -139,21 +122,7 @@ class MetricPusher:
 
     def after_fork_in_child(self) -> None:
         """Push nothing from a forked child: its series would overwrite the parent's totals."""
-        self._cond = threading.Condition()
-        self._closed = True
-        self._thread = None
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                self._cond.wait_for(lambda: self._requested > self._done or self._closed)
-                if self._requested <= self._done:
-                    return
-                ticket = self._requested
-            self._push()
-            with self._cond:
-                self._done = ticket
-                self._cond.notify_all()
+        self._pushes.after_fork_in_child(closed=True)
 
     def _push(self) -> None:
         try:
@@ -162,7 +131,7 @@ class MetricPusher:
                 return
             result = self._exporter.export(data, timeout_millis=self._timeout_ms)
         except Exception:
-            if not self._closed:  # a push in flight when close() shut the exporter down raises
+            if not self._pushes.closed:  # raised when close() shut the exporter down under it
                 self._incidents.failed("OTLP metric export")
             result = MetricExportResult.FAILURE
         if result is not MetricExportResult.SUCCESS:

@@ -75,7 +75,7 @@ class AggregatingSpanProcessor(SpanProcessor):
             batches = [state.detach() for state in self._pending.values() if state.durations]
             self._pending.clear()
         for batch in batches:
-            self._aggregator.merge(*batch)
+            self._aggregator.merge_batch(batch)
 
     def after_fork_in_child(self) -> None:
         """Start empty with a fresh lock: another thread may have held it at fork."""

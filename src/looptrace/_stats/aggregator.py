@@ -6,7 +6,7 @@ import logging
 import math
 import operator
 import threading
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from typing import Final
 
 from looptrace._stats.buckets import BOUNDARIES_NS
@@ -17,10 +17,19 @@ _log = logging.getLogger("looptrace")
 
 OTHER_PATH: Final = "other"
 FOLD_AT: Final = 4096  # durations a producer holds before it merges them, bounding memory
+KEEP_RAW: Final = 1024  # durations a path keeps unsorted in the aggregator before it folds them
+
+
+Batch = tuple[str, list[int], int, int, int]  # path, durations, self_ns, errors, carry_ns
 
 
 class _PathAggregate:
-    """Statistics of one path, kept as exact integer sums of nanoseconds."""
+    """Statistics of one path, kept as exact integer sums of nanoseconds.
+
+    Durations are kept as they come, unsorted, and folded into the sums, the sketch and the
+    buckets in sorted batches of `KEEP_RAW` or more, or when the statistics are first read:
+    `reset()` hands a window's aggregates over without folding what a path gathered in it.
+    """
 
     __slots__ = (
         "buckets",
@@ -29,6 +38,7 @@ class _PathAggregate:
         "errors",
         "max",
         "min",
+        "raw",
         "self_ns",
         "sketch",
         "sum",
@@ -44,29 +54,55 @@ class _PathAggregate:
         self.self_ns = 0
         self.errors = 0
         self.carry_ns = 0  # window time of intervals cut by a reset, not in `sum`
+        self.raw: list[int] = []  # durations not folded yet
         self.sketch = QuantileSketch()
         self.buckets = [0] * (len(BOUNDARIES_NS) + 1)
 
-    def add_sorted(self, durations: list[int], self_ns: int, errors: int) -> None:
-        """Add a batch of durations, sorted ascending: C-speed sums, bisects per bucket."""
+    def add(self, durations: list[int], self_ns: int, errors: int) -> None:
+        """Keep a batch of durations (the list is taken over); fold once `KEEP_RAW` wait."""
+        self.self_ns += self_ns
+        self.errors += errors
+        if not durations:
+            return
+        self.count += len(durations)
+        raw = self.raw
+        if raw:
+            raw.extend(durations)
+        else:
+            self.raw = raw = durations
+        if len(raw) >= KEEP_RAW:
+            self.fold()
+
+    def fold(self) -> None:
+        """Fold the kept durations: C-speed sums, one bisect per bucket they fill."""
+        durations = self.raw
+        if not durations:
+            return
+        self.raw = []
+        durations.sort()
         n = len(durations)
-        self.count += n
         self.sum += sum(durations)
         self.sumsq += sum(map(operator.mul, durations, durations))
         self.min = min(self.min, durations[0])
         self.max = max(self.max, durations[-1])
-        self.self_ns += self_ns
-        self.errors += errors
         self.sketch.add_sorted(durations)
-        below = 0
         buckets = self.buckets
-        for i, bound in enumerate(BOUNDARIES_NS):
-            upto = bisect_right(durations, bound, below)
+        first = bisect_left(BOUNDARIES_NS, durations[0])  # a bucket holds values <= its bound
+        last = bisect_left(BOUNDARIES_NS, durations[-1])
+        if last - first >= n:  # few durations over many buckets: place each one
+            for duration in durations:
+                buckets[bisect_left(BOUNDARIES_NS, duration)] += 1
+            return
+        below = 0  # many durations: one bisect per bucket they span
+        for i in range(first, last):
+            upto = bisect_right(durations, BOUNDARIES_NS[i], below)
             buckets[i] += upto - below
             below = upto
-        buckets[-1] += n - below
+        buckets[last] += n - below
 
     def stats(self) -> SectionStats:
+        """Fold what is kept and return the statistics; the caller keeps one thread at a time."""
+        self.fold()
         n = self.count
         total = (self.sum + self.carry_ns) / 1e9
         if n == 0:  # only the part of an interval that ends in a later window
@@ -131,13 +167,12 @@ class Aggregator:
     def merge(
         self, path: str, durations: list[int], self_ns: int, errors: int, carry_ns: int = 0
     ) -> None:
-        """Add one producer's batch for `path`; the caller holds `lock`.
+        """Add one producer's batch for `path`, taking `durations` over; the caller holds `lock`.
 
         `carry_ns` is window time not in `durations` (see `NodeState.carry_ns`).
         """
         if not durations and not carry_ns and not self_ns:
             return
-        durations.sort()
         agg = self._paths.get(path)
         if agg is None:
             path = self._admit(path)
@@ -147,11 +182,12 @@ class Aggregator:
         if path == OTHER_PATH:
             self.overflowed += len(durations)
         agg.carry_ns += carry_ns
-        if not durations:
-            agg.self_ns += self_ns
-            agg.errors += errors
-            return
-        agg.add_sorted(durations, self_ns, errors)
+        agg.add(durations, self_ns, errors)
+
+    def merge_batch(self, batch: Batch) -> None:
+        """`merge()` one producer's batch as `NodeState.detach()` hands it over."""
+        path, durations, self_ns, errors, carry_ns = batch
+        self.merge(path, durations, self_ns, errors, carry_ns)
 
     def snapshot(
         self,
@@ -173,9 +209,8 @@ class Aggregator:
             below = f"{subtree}."
             taken = [p for p in self._paths if p == subtree or p.startswith(below)]
             paths = {p: self._paths.pop(p) for p in taken}
-        stats = {path: agg.stats() for path, agg in paths.items()}
         return Snapshot(
-            stats,
+            paths,
             start_ns=start_ns,
             end_ns=end_ns,
             rank=rank,

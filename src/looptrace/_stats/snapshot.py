@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import copy
 import math
+import threading
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Protocol
 
 from looptrace._stats.buckets import BOUNDARIES_S
 from looptrace._stats.spread import SectionSpread
@@ -45,6 +46,14 @@ class SectionStats:
         return data
 
 
+class StatsSource(Protocol):
+    """A path's aggregate that computes its `SectionStats` when first asked."""
+
+    def stats(self) -> SectionStats:
+        """Return the path's statistics."""
+        ...
+
+
 class Snapshot(Mapping[str, SectionStats]):
     """Statistics per section path since the previous `reset()`; a read-only mapping.
 
@@ -58,13 +67,23 @@ class Snapshot(Mapping[str, SectionStats]):
     `lt.reset()`, e.g. `"root.training"` for `training.reset()`.
     """
 
-    __slots__ = ("_stats", "across_ranks", "end_ns", "rank", "start_ns", "step", "subtree")
+    __slots__ = (
+        "_lock",
+        "_sorted",
+        "_stats",
+        "across_ranks",
+        "end_ns",
+        "rank",
+        "start_ns",
+        "step",
+        "subtree",
+    )
 
     boundaries: tuple[float, ...] = BOUNDARIES_S
 
     def __init__(
         self,
-        stats: Mapping[str, SectionStats],
+        stats: Mapping[str, SectionStats | StatsSource],
         *,
         start_ns: int,
         end_ns: int,
@@ -73,7 +92,12 @@ class Snapshot(Mapping[str, SectionStats]):
         step: int | None = None,
         subtree: str = "root",
     ) -> None:
-        self._stats = dict(sorted(stats.items()))
+        # `reset()` hands over its aggregates as they are: a path's statistics are computed
+        # when first read, and the paths sorted when first iterated, off the training loop's
+        # clock when nobody reads them there.
+        self._stats: dict[str, SectionStats | StatsSource] = dict(stats)
+        self._sorted = False
+        self._lock = threading.Lock()  # a path's statistics are computed by one thread, once
         self.subtree = subtree
         self.start_ns = start_ns
         self.end_ns = end_ns
@@ -84,9 +108,23 @@ class Snapshot(Mapping[str, SectionStats]):
         )
 
     def __getitem__(self, path: str) -> SectionStats:
-        return self._stats[path]
+        value = self._stats[path]
+        if isinstance(value, SectionStats):
+            return value
+        with self._lock:
+            value = self._stats[path]
+            if not isinstance(value, SectionStats):
+                value = self._stats[path] = value.stats()
+        return value
+
+    def __contains__(self, path: object) -> bool:
+        return path in self._stats
 
     def __iter__(self) -> Iterator[str]:
+        if not self._sorted:
+            with self._lock:
+                self._stats = dict(sorted(self._stats.items()))
+                self._sorted = True
         return iter(self._stats)
 
     def __len__(self) -> int:
@@ -101,9 +139,7 @@ class Snapshot(Mapping[str, SectionStats]):
         With cross-rank data, one more key, `"across_ranks"`, holds
         `{path: {"ranks": n, "absent": [...], stat: {min, max, mean, slowest_rank}}}`.
         """
-        data: dict[str, dict[str, Any]] = {
-            path: stats.to_dict() for path, stats in self._stats.items()
-        }
+        data: dict[str, dict[str, Any]] = {path: stats.to_dict() for path, stats in self.items()}
         if self.across_ranks is not None:
             data["across_ranks"] = {
                 path: spread.to_dict() for path, spread in self.across_ranks.items()
@@ -131,7 +167,7 @@ class Snapshot(Mapping[str, SectionStats]):
             raise ValueError("as_metrics(sep=...) must not be empty")
         head = f"{prefix}{sep}" if prefix else ""
         flat: dict[str, float] = {}
-        for path, section in self._stats.items():
+        for path, section in self.items():
             name = f"{head}{path.replace('.', sep)}{sep}"
             for stat in chosen:
                 value = float(getattr(section, stat))
