@@ -9,13 +9,14 @@ from typing import TYPE_CHECKING
 from opentelemetry import trace
 from opentelemetry.context import Context
 
-from looptrace._stats.aggregator import FOLD_AT, Batch
+from looptrace._stats.aggregator import FOLD_AT
 from looptrace._stats.attributes import THREAD_ID, THREAD_NAME
 
 if TYPE_CHECKING:
     from looptrace._core.device import DeviceQueue, DeviceTrack
     from looptrace._core.slow_laps import Entry, LapTimes
     from looptrace._core.timer import Timer
+    from looptrace._stats.aggregator import Aggregator
 
 
 class NodeState:
@@ -66,11 +67,17 @@ class NodeState:
             self.errors += 1
         return len(durations) >= FOLD_AT
 
-    def detach(self) -> Batch:
-        """Hand over the pending measurements as one batch and start collecting anew."""
-        batch = (self.path, self.durations, self.self_ns, self.errors, self.carry_ns)
+    def merge_into(self, aggregator: Aggregator) -> None:
+        """Hand the pending measurements to the window and start collecting anew.
+
+        The caller holds the aggregator's lock and, for a thread's timer, the thread's lock.
+        """
+        aggregator.merge(self.path, self.durations, self.self_ns, self.errors, self.carry_ns)
+        self.drop()
+
+    def drop(self) -> None:
+        """Forget the pending measurements."""
         self.durations, self.self_ns, self.errors, self.carry_ns = [], 0, 0, 0
-        return batch
 
     @property
     def pending(self) -> bool:
@@ -181,10 +188,18 @@ class ThreadState:
             state = self.nodes[timer] = NodeState(timer.path)
         return state
 
-    def detach_all(self) -> list[Batch]:
-        """Hand over every pending batch; the caller holds `lock`."""
+    def merge_all(self, aggregator: Aggregator) -> None:
+        """Merge every timer's pending measurements; the caller holds both locks."""
         self.fold_due = False
-        return [node.detach() for node in self.nodes.values() if node.pending]
+        for node in self.nodes.values():
+            if node.pending:
+                node.merge_into(aggregator)
+
+    def drop_all(self) -> None:
+        """Forget every timer's pending measurements (a forked child's copy of them)."""
+        self.fold_due = False
+        for node in self.nodes.values():
+            node.drop()
 
 
 def descendants(interval: Interval) -> list[Interval]:

@@ -6,7 +6,6 @@ from typing import TYPE_CHECKING
 
 from looptrace._core.intervals import Interval, ThreadState, descendants
 from looptrace._core.slow_laps import SlowLaps
-from looptrace._stats.aggregator import Batch
 
 if TYPE_CHECKING:
     from looptrace._core.engine import Engine
@@ -51,12 +50,9 @@ class Windows:
     def merge_pending(self, state: ThreadState) -> None:
         """Merge a thread's pending measurements into the window (bounds memory)."""
         aggregator = self.engine.aggregator
-        with aggregator.lock:
-            with state.lock:
-                batches = state.detach_all()
-                SlowLaps.bound(state)
-            for batch in batches:
-                aggregator.merge_batch(batch)
+        with aggregator.lock, state.lock:
+            state.merge_all(aggregator)
+            SlowLaps.bound(state)
 
     def close(self, now: int, *, final: bool = False, subtree: str | None = None) -> None:
         """Cut every running interval and merge everything measured before the cut.
@@ -70,7 +66,6 @@ class Windows:
         """
         self.close_exited()
         states = self.engine.states.all()
-        aggregator = self.engine.aggregator
         for state in states:
             with state.lock:
                 cut_at = max(now, self.engine.now())
@@ -83,9 +78,7 @@ class Windows:
                         self.cut(state, top, cut_at)
                 else:
                     self._cut_subtree(state, subtree, cut_at)
-                batches = self._drain(state)
-            for batch in batches:
-                aggregator.merge_batch(batch)
+                self._drain(state)
 
     def _cut_subtree(self, state: ThreadState, subtree: str, now: int) -> None:
         """Cut the running intervals of the timer at path `subtree` and of its descendants."""
@@ -101,7 +94,6 @@ class Windows:
 
     def close_exited(self) -> None:
         """End what exited threads left running, at their exit; holds the aggregator lock."""
-        aggregator = self.engine.aggregator
         exited = self.engine.states.exited
         while exited:
             state, at = exited.popleft()
@@ -111,15 +103,17 @@ class Windows:
                 at = max(at, state.last_cut)
                 for top in reversed(state.outermost):
                     self.engine.end(state, top, at)
-                batches = self._drain(state)
-            for batch in batches:
-                aggregator.merge_batch(batch)
+                self._drain(state)
 
-    def _drain(self, state: ThreadState) -> list[Batch]:
-        """Wait for the thread's device events and hand over all it measured; holds its lock."""
+    def _drain(self, state: ThreadState) -> None:
+        """Wait for the thread's device events and merge all it measured; holds both locks.
+
+        Merging takes a path's durations over as they are (sorted only every `KEEP_RAW` of
+        them), so the thread waits on its lock for a few dictionary operations per path.
+        """
         if state.device is not None:
             self.engine.device.resolve(state, wait=True)
-        return state.detach_all()
+        state.merge_all(self.engine.aggregator)
 
     def after_fork_in_child(self) -> None:
         """Keep only the forking thread's state, with fresh locks and nothing counted yet."""
@@ -127,7 +121,7 @@ class Windows:
         if state is None:
             return
         state.renew_lock()
-        state.detach_all()
+        state.drop_all()
         now = self.engine.now()
         pending = list(state.outermost)
         while pending:

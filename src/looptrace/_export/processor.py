@@ -72,10 +72,10 @@ class AggregatingSpanProcessor(SpanProcessor):
     def merge_pending(self) -> None:
         """Merge the spans folded so far into the window; the caller holds its lock."""
         with self._lock:
-            batches = [state.detach() for state in self._pending.values() if state.durations]
+            for state in self._pending.values():
+                if state.durations:
+                    state.merge_into(self._aggregator)
             self._pending.clear()
-        for batch in batches:
-            self._aggregator.merge_batch(batch)
 
     def after_fork_in_child(self) -> None:
         """Start empty with a fresh lock: another thread may have held it at fork."""

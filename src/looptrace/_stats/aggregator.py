@@ -17,10 +17,8 @@ _log = logging.getLogger("looptrace")
 
 OTHER_PATH: Final = "other"
 FOLD_AT: Final = 4096  # durations a producer holds before it merges them, bounding memory
+_NO_BUCKETS: Final = (0,) * (len(BOUNDARIES_NS) + 1)
 KEEP_RAW: Final = 1024  # durations a path keeps unsorted in the aggregator before it folds them
-
-
-Batch = tuple[str, list[int], int, int, int]  # path, durations, self_ns, errors, carry_ns
 
 
 class _PathAggregate:
@@ -55,8 +53,10 @@ class _PathAggregate:
         self.errors = 0
         self.carry_ns = 0  # window time of intervals cut by a reset, not in `sum`
         self.raw: list[int] = []  # durations not folded yet
-        self.sketch = QuantileSketch()
-        self.buckets = [0] * (len(BOUNDARIES_NS) + 1)
+        # Made at the first fold: a path that only ran a few times in a window costs
+        # `reset()` one small object.
+        self.sketch: QuantileSketch | None = None
+        self.buckets: list[int] | None = None
 
     def add(self, durations: list[int], self_ns: int, errors: int) -> None:
         """Keep a batch of durations (the list is taken over); fold once `KEEP_RAW` wait."""
@@ -85,8 +85,13 @@ class _PathAggregate:
         self.sumsq += sum(map(operator.mul, durations, durations))
         self.min = min(self.min, durations[0])
         self.max = max(self.max, durations[-1])
-        self.sketch.add_sorted(durations)
+        sketch = self.sketch
+        if sketch is None:
+            sketch = self.sketch = QuantileSketch()
+        sketch.add_sorted(durations)
         buckets = self.buckets
+        if buckets is None:
+            buckets = self.buckets = [0] * (len(BOUNDARIES_NS) + 1)
         first = bisect_left(BOUNDARIES_NS, durations[0])  # a bucket holds values <= its bound
         last = bisect_left(BOUNDARIES_NS, durations[-1])
         if last - first >= n:  # few durations over many buckets: place each one
@@ -105,7 +110,8 @@ class _PathAggregate:
         self.fold()
         n = self.count
         total = (self.sum + self.carry_ns) / 1e9
-        if n == 0:  # only the part of an interval that ends in a later window
+        sketch, buckets = self.sketch, self.buckets
+        if sketch is None or buckets is None:  # no interval ended, only part of a running one
             nan = math.nan
             return SectionStats(
                 count=0,
@@ -119,12 +125,12 @@ class _PathAggregate:
                 p99=nan,
                 self_time=self.self_ns / 1e9,
                 errors=self.errors,
-                buckets=tuple(self.buckets),
+                buckets=_NO_BUCKETS,
             )
 
         p50, p90, p99 = (
             min(max(value, self.min), self.max) / 1e9
-            for value in self.sketch.quantiles((0.5, 0.9, 0.99))
+            for value in sketch.quantiles((0.5, 0.9, 0.99))
         )
 
         variance = (n * self.sumsq - self.sum * self.sum) / (n * n)  # exact integers
@@ -140,7 +146,7 @@ class _PathAggregate:
             p99=p99,
             self_time=self.self_ns / 1e9,
             errors=self.errors,
-            buckets=tuple(self.buckets),
+            buckets=tuple(buckets),
         )
 
 
@@ -183,11 +189,6 @@ class Aggregator:
             self.overflowed += len(durations)
         agg.carry_ns += carry_ns
         agg.add(durations, self_ns, errors)
-
-    def merge_batch(self, batch: Batch) -> None:
-        """`merge()` one producer's batch as `NodeState.detach()` hands it over."""
-        path, durations, self_ns, errors, carry_ns = batch
-        self.merge(path, durations, self_ns, errors, carry_ns)
 
     def snapshot(
         self,
