@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         case.close()
 
     extra = {
-        "realistic_step": realistic_step_cost(200 if args.quick else 2000),
+        "realistic_step": realistic_step_cost(*((200, 1) if args.quick else (2000, 5))),
         "rss": rss_growth(100_000 if args.quick else 1_000_000),
         "names": distinct_names(20_000 if args.quick else 200_000),
         "sketch": sketch_error(100_000 if args.quick else 1_000_000),
