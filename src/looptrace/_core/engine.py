@@ -329,5 +329,8 @@ def _count_ended(
     if interval.state.count(now - start, duration, interval.child_ns, earlier, error is not None):
         state.fold_due = True
     record = state.record
-    if record is not None:  # a slow-lap record runs in this thread
-        record.append((interval.node, start, now, error))
+    if record is not None:  # a slow-lap record runs in this thread: one flat entry
+        record.append(interval.node)
+        record.append(start)
+        record.append(now)
+        record.append(error)

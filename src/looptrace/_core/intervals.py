@@ -14,7 +14,7 @@ from looptrace._stats.attributes import THREAD_ID, THREAD_NAME
 
 if TYPE_CHECKING:
     from looptrace._core.device import DeviceQueue, DeviceTrack
-    from looptrace._core.slow_laps import Entry, LapTimes
+    from looptrace._core.slow_laps import LapTimes
     from looptrace._core.timer import Timer
     from looptrace._stats.aggregator import Aggregator
 
@@ -167,7 +167,7 @@ class ThreadState:
         # while any is, every interval that ends in this thread (None: nothing recorded).
         self.watched: list[Interval] = []
         self.recording: list[Interval] = []
-        self.record: list[Entry] | None = None
+        self.record: list[object] | None = None  # see `slow_laps.ENTRY_ITEMS`
         # Made in the thread it describes. Outermost lap spans carry it (their sections are in
         # the same thread), so viewers can lay threads apart.
         self.thread: dict[str, str | int] = {

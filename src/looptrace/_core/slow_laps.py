@@ -1,19 +1,20 @@
 """Slow laps are traced whatever the sampling: a compact record per lap, exported when slow.
 
 While an untraced outermost lap runs and something reads spans, every interval that ends in
-its thread is kept as a plain tuple `(timer, start_ns, end_ns, error)` on the thread's state:
-no span object, no context. When the lap ends its duration is compared with the median of
-that timer's recent laps in this thread; a lap more than `factor` times the median is exported
-in full (the lap span and every section span, real timestamps, nesting rebuilt from timer
-ancestry and time containment, under the step's trace id), within a rate cap. Otherwise the
-record is dropped. With nothing reading spans no lap is watched and nothing is recorded.
+its thread is kept as four items `timer, start_ns, end_ns, error` of a flat list on the
+thread's state: no span object, no context, not even a tuple for the garbage collector. When
+the lap ends its duration is compared with the median of that timer's recent laps in this
+thread; a lap more than `factor` times the median is exported in full (the lap span and every
+section span, real timestamps, nesting rebuilt from timer ancestry and time containment, under
+the step's trace id), within a rate cap. Otherwise the record is dropped. With nothing reading
+spans no lap is watched and nothing is recorded.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from opentelemetry import trace
 from opentelemetry.context import Context
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
 # One interval that ended while a lap was recorded: timer, start and end (monotonic ns), and
 # the exception it ended with.
 Entry = tuple["Timer", int, int, BaseException | None]
+ENTRY_ITEMS = 4  # items of one entry in a thread's flat record
 
 DEFAULT_FACTOR = 3.0
 MIN_LAPS = 10  # laps of a timer seen before any is judged slow
@@ -127,7 +129,7 @@ class SlowLaps:
     def bound(state: ThreadState) -> None:
         """Stop recording a thread whose record outgrew `MAX_RECORD`; its laps stay untraced."""
         record = state.record
-        if record is not None and len(record) > MAX_RECORD:
+        if record is not None and len(record) > MAX_RECORD * ENTRY_ITEMS:
             state.recording.clear()
             state.record = None
 
@@ -160,11 +162,11 @@ class SlowLaps:
             state.record = None
 
     def export(
-        self, state: ThreadState, lap: Interval, now: int, ratio: float, record: list[Entry]
+        self, state: ThreadState, lap: Interval, now: int, ratio: float, record: list[object]
     ) -> None:
         """Export the lap and the intervals of its subtree recorded while it ran, as spans."""
         try:
-            entries = _subtree(record, lap)
+            entries = _subtree(entries_of(record), lap)
             if not entries or entries[-1][0] is not lap.node:
                 entries.append((lap.node, lap.start, now, None))
             children = nest(entries)
@@ -222,6 +224,14 @@ class SlowLaps:
 
     def _end(self, span: trace.Span, entry: Entry) -> None:
         end_span(span, self.anchor.epoch_ns(entry[2]), entry[3], self.incidents)
+
+
+def entries_of(record: list[object]) -> list[Entry]:
+    """Return the entries of a thread's flat record, in the order their intervals ended."""
+    return [
+        cast(Entry, tuple(record[index : index + ENTRY_ITEMS]))
+        for index in range(0, len(record), ENTRY_ITEMS)
+    ]
 
 
 def nest(entries: list[Entry]) -> list[list[int]]:
