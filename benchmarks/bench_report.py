@@ -38,6 +38,7 @@ def targets_of(rows: list[dict[str, Any]], extra: dict[str, Any]) -> dict[str, f
             "app MeterProvider reset x floor section"
         ],
         "P7 1000 paths x 10 paths per section (<= 1.5)": extra["paths"]["1000 x 10 paths"],
+        "P7, fastest rounds": extra["paths"]["1000 x 10 paths, fastest rounds"],
         "P3 realistic step overhead % (<= 0.25)": extra["realistic_step"][
             "overhead_pct_of_10ms_step"
         ],

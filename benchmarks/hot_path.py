@@ -121,8 +121,11 @@ def path_count_cost(rounds: int, steps: int) -> dict[str, float]:
     for lt, _ in handles.values():
         lt.shutdown()
     medians = {paths: statistics.median(values) for paths, values in samples.items()}
+    fastest = {paths: min(values) for paths, values in samples.items()}
     return {
         "10 paths ns/section": medians[10],
         "1000 paths ns/section": medians[1000],
         "1000 x 10 paths": medians[1000] / medians[10],
+        # Medians of this ratio moved from 1.1 to 1.7 between runs on a shared 2-core machine.
+        "1000 x 10 paths, fastest rounds": fastest[1000] / fastest[10],
     }
