@@ -52,7 +52,7 @@ class _PathAggregate:
         self.self_ns = 0
         self.errors = 0
         self.carry_ns = 0  # window time of intervals cut by a reset, not in `sum`
-        self.raw: list[int] = []  # durations not folded yet
+        self.raw: list[int] | None = None  # durations not folded yet: a producer's own list
         # Made at the first fold: a path that only ran a few times in a window costs
         # `reset()` one small object.
         self.sketch: QuantileSketch | None = None
@@ -66,19 +66,19 @@ class _PathAggregate:
             return
         self.count += len(durations)
         raw = self.raw
-        if raw:
-            raw.extend(durations)
-        else:
+        if raw is None:
             self.raw = raw = durations
+        else:
+            raw.extend(durations)
         if len(raw) >= KEEP_RAW:
             self.fold()
 
     def fold(self) -> None:
         """Fold the kept durations: C-speed sums, one bisect per bucket they fill."""
         durations = self.raw
-        if not durations:
+        if durations is None:
             return
-        self.raw = []
+        self.raw = None
         durations.sort()
         n = len(durations)
         self.sum += sum(durations)
