@@ -18,7 +18,7 @@ from .processes import bare_env
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_forked_child_records_and_resets_without_deadlock() -> None:
-    """A child forked while another thread holds a lock records and resets from empty."""
+    """A child forked while its state is claimed (as by a reset) records and resets from empty."""
     cap = capture(trace_every=0)
     train = cap.lt.timer("training")
     train.record("data")
@@ -28,8 +28,10 @@ def test_forked_child_records_and_resets_without_deadlock() -> None:
     holder.start()
     holder.join()
     read, write = os.pipe()
-    with state.lock:  # a lock held at fork time must not deadlock the child
-        pid = os.fork()
+    state.claim()  # a claim held at fork time must not deadlock the child
+    pid = os.fork()
+    if pid:
+        state.unclaim()
     if pid == 0:  # pragma: no cover - runs in the child
         os.close(read)
         try:

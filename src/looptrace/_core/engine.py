@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 class Engine:
     """Shared machinery of one `Looptrace`: clock, tracing, and every thread's timers.
 
-    Lock order: the aggregator's lock before any thread state's lock.
+    Lock order: the aggregator's lock before any thread state's claim.
     """
 
     def __init__(

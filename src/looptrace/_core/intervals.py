@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+import time
+from typing import TYPE_CHECKING, Final
 
 from opentelemetry import trace
 from opentelemetry.context import Context
@@ -70,7 +70,8 @@ class NodeState:
     def merge_into(self, aggregator: Aggregator) -> None:
         """Hand the pending measurements to the window and start collecting anew.
 
-        The caller holds the aggregator's lock and, for a thread's timer, the thread's lock.
+        The caller holds the aggregator's lock and, for a thread's timer, claims its state (or
+        is its owner, outside any timer call).
         """
         aggregator.merge(self.path, self.durations, self.self_ns, self.errors, self.carry_ns)
         self.drop()
@@ -135,29 +136,41 @@ class Interval:
         self.device: DeviceTrack | None = None  # events of a device-timed interval
 
 
+MAX_CLAIM_SLEEP_S: Final = 0.001  # the longest pause of a claimer waiting for a timer call
+
+
 class ThreadState:
-    """The timers of one thread; only `reset()` and thread exit contend for its lock."""
+    """The timers of one thread (or asyncio task), and who may work on them now.
+
+    The thread's own timer calls take no lock. A call marks the state `busy`, then looks
+    at `claimed`; another thread (`reset()`, the close of an exited thread) holds `lock`,
+    marks the state `claimed`, then waits until it is not `busy`. Under the GIL each sees
+    the other's mark, so they never work on the state at once: the owner of a claimed
+    state waits on `lock`, not busy (`wait_turn`). Every claimer also holds the
+    aggregator's lock, so the owner merges under that lock alone.
+    """
 
     __slots__ = (
-        "acquire",
+        "busy",
+        "claimed",
         "device",
         "fold_due",
+        "ident",
         "last_cut",
         "lock",
         "nodes",
         "outermost",
         "record",
         "recording",
-        "release",
         "thread",
         "watched",
     )
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
-        # Its methods, bound once: the hot path calls them without looking them up.
-        self.acquire: Callable[[], bool] = self.lock.acquire
-        self.release: Callable[[], None] = self.lock.release
+        self.lock = threading.Lock()  # held by a claimer
+        self.busy = False  # the owner is inside a timer call
+        self.claimed = False  # a claimer works, or waits to work, on this state
+        self.ident = threading.get_ident()  # the thread it was made in
         self.nodes: dict[Timer, NodeState] = {}
         self.outermost: list[Interval] = []
         self.fold_due = False  # some node holds FOLD_AT measurements: merge after the call
@@ -175,11 +188,38 @@ class ThreadState:
             THREAD_NAME: threading.current_thread().name,
         }
 
+    def wait_turn(self) -> None:
+        """Wait, not busy, until no other thread claims this state; then be busy again.
+
+        The owner calls this when it found the state claimed on entering a timer call.
+        """
+        while self.claimed:
+            self.busy = False
+            with self.lock:  # the claimer holds it until it is done
+                pass
+            self.busy = True
+
+    def claim(self) -> None:
+        """Take this state from its owner: wait for the owner's running timer call to end.
+
+        The caller holds the aggregator's lock and calls `unclaim()` when done.
+        """
+        self.lock.acquire()
+        self.claimed = True
+        pause = 0.0
+        while self.busy:  # a timer call is a few microseconds
+            time.sleep(pause)
+            pause = min(2 * pause + 1e-6, MAX_CLAIM_SLEEP_S)
+
+    def unclaim(self) -> None:
+        """Hand the state back to its owner."""
+        self.claimed = False
+        self.lock.release()
+
     def renew_lock(self) -> None:
-        """Replace the lock (in a forked child, where another thread may have held it)."""
+        """Forget every claim (in a forked child, where another thread may have held one)."""
         self.lock = threading.Lock()
-        self.acquire = self.lock.acquire
-        self.release = self.lock.release
+        self.busy = self.claimed = False
 
     def node(self, timer: Timer) -> NodeState:
         """Return the state of `timer` in this thread, creating it on first use."""
@@ -189,7 +229,11 @@ class ThreadState:
         return state
 
     def merge_all(self, aggregator: Aggregator) -> None:
-        """Merge every timer's pending measurements; the caller holds both locks."""
+        """Merge every timer's pending measurements.
+
+        The caller holds the aggregator's lock, and either claims this state or is its owner
+        outside any timer call.
+        """
         self.fold_due = False
         for node in self.nodes.values():
             if node.pending:

@@ -26,6 +26,11 @@ class States:
     A state is made on first use. When its thread exits (or its task is done) it is queued
     with the exit time for the engine to close: the finaliser that reports a thread's exit
     can run inside `os.fork`, so it takes no lock.
+
+    `last` is the thread state found last. A timer call checks it against its thread's
+    ident before the slower `threading.local` lookup. A thread's state stops being `last`
+    when the thread exits: its finaliser runs in the exiting thread, before the ident can
+    be reused.
     """
 
     def __init__(self, now: Callable[[], int]) -> None:
@@ -35,6 +40,7 @@ class States:
         self._by_id: dict[int, ThreadState] = {}
         self.exited: deque[tuple[ThreadState, int]] = deque()
         self.on_new: Callable[[], None] = lambda: None  # runs before a state is made
+        self.last: ThreadState | None = None
         self._pid = os.getpid()
         self._task: ContextVar[tuple[weakref.ref[asyncio.Task[Any]], ThreadState] | None] = (
             ContextVar("looptrace_task_state", default=None)
@@ -48,10 +54,14 @@ class States:
 
     def thread_state(self) -> ThreadState:
         """Return the calling thread's state, made on first use."""
+        last = self.last
+        if last is not None and last.ident == threading.get_ident():
+            return last
         try:
             state: ThreadState = self.local.state
         except AttributeError:
             state = self._new_thread_state()
+        self.last = state
         return state
 
     def _new_thread_state(self) -> ThreadState:
@@ -90,6 +100,8 @@ class States:
 
     def ended(self, state: ThreadState) -> None:
         """Queue a state whose thread or task ended (may run inside `os.fork`: no locks)."""
+        if self.last is state:
+            self.last = None
         if os.getpid() == self._pid:  # in a forked child the state belongs to the parent
             self.exited.append((state, self.now()))
 
@@ -113,6 +125,7 @@ class States:
         self.exited = deque()
         self._pid = os.getpid()
         state: ThreadState | None = getattr(self.local, "state", None)
+        self.last = state  # other threads' idents may be reused by the child's threads
         if state is not None:
             self._by_id[id(state)] = state
         return state

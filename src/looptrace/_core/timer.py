@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from asyncio.events import _get_running_loop
 from collections.abc import Callable, Iterable, Iterator
+from threading import get_ident
 from types import TracebackType
 from typing import Final, ParamSpec, TypeVar
 
 from looptrace._core.engine import Engine
-from looptrace._core.intervals import Interval, ThreadState
+from looptrace._core.intervals import Interval
 from looptrace._core.iterate import laps
 from looptrace._core.wrap import wrap
 from looptrace._stats.aggregator import OTHER_PATH
@@ -21,6 +22,7 @@ R = TypeVar("R")
 MAX_NAME_LENGTH: Final = 200  # a section name longer than this is a TimerError
 # A constant, not a module global: read on every call, compiled it is a C static.
 _running_loop: Final = _get_running_loop
+_get_ident: Final = get_ident
 
 
 class Timer:
@@ -130,13 +132,15 @@ class Timer:
             engine.incidents.misused("closed", f"{self.path}.record() after shutdown()")
             return
         if _running_loop() is None:
-            try:
-                state: ThreadState = engine.local.state
-            except AttributeError:
+            state = engine.states.last
+            if state is None or state.ident != _get_ident():
                 state = engine.states.thread_state()
         else:
             state = engine.states.task_state()
-        state.acquire()  # not `with`: this is the hot path, and half the cost
+        was = state.busy  # (True only in a timer call made inside one, e.g. by a finaliser)
+        state.busy = True  # no lock: see `ThreadState`
+        if state.claimed and not was:
+            state.wait_turn()
         try:
             now = engine.now()
             mine = state.nodes.get(self)
@@ -154,7 +158,7 @@ class Timer:
                     engine.end(state, running.stack[0], now)
                 engine.start(state, child, now, current)
         finally:
-            state.release()
+            state.busy = was
         if state.fold_due:
             engine.windows.merge_pending(state)
 
@@ -165,11 +169,17 @@ class Timer:
             engine.incidents.misused("closed", f"{self.path}.stop() after shutdown()")
             return
         state = engine.state()
-        with state.lock:
+        was = state.busy
+        state.busy = True
+        if state.claimed and not was:
+            state.wait_turn()
+        try:
             mine = state.nodes.get(self)
             was_running = mine is not None and bool(mine.stack)
             if mine is not None and mine.stack:
                 engine.end(state, mine.stack[0], engine.now())
+        finally:
+            state.busy = was
         if not was_running:
             engine.incidents.misused("stopped", f"{self.path}.stop() on a stopped timer")
         if state.fold_due:
@@ -214,13 +224,15 @@ class Timer:
             engine.incidents.misused("closed", f"{child.path} entered after shutdown()")
             return None
         if _running_loop() is None:
-            try:
-                state: ThreadState = engine.local.state
-            except AttributeError:
+            state = engine.states.last
+            if state is None or state.ident != _get_ident():
                 state = engine.states.thread_state()
         else:
             state = engine.states.task_state()
-        state.acquire()  # not `with`: this is the hot path, and half the cost
+        was = state.busy  # (True only in a timer call made inside one, e.g. by a finaliser)
+        state.busy = True  # no lock: see `ThreadState`
+        if state.claimed and not was:
+            state.wait_turn()
         try:
             now = engine.now()
             running = state.nodes.get(child)
@@ -234,19 +246,21 @@ class Timer:
                 interval.state.held.append(interval)
             return interval
         finally:
-            state.release()
+            state.busy = was
 
     def _exit(self, child: Timer, interval: Interval | None, error: BaseException | None) -> None:
         """Leave an entry of section `child`: `interval`, or (None) the thread's latest held one."""
         engine = self._engine
         if _running_loop() is None:
-            try:
-                state: ThreadState = engine.local.state
-            except AttributeError:
+            state = engine.states.last
+            if state is None or state.ident != _get_ident():
                 state = engine.states.thread_state()
         else:
             state = engine.states.task_state()
-        state.acquire()  # not `with`: this is the hot path, and half the cost
+        was = state.busy  # (True only in a timer call made inside one, e.g. by a finaliser)
+        state.busy = True  # no lock: see `ThreadState`
+        if state.claimed and not was:
+            state.wait_turn()
         try:
             if interval is None:
                 node = state.nodes.get(child)
@@ -261,7 +275,7 @@ class Timer:
                     if parent is not None and parent.implicit and not parent.children:
                         engine.end(state, parent, now)  # a step of a never-lapped timer
         finally:
-            state.release()
+            state.busy = was
         if interval is None and not engine.closed:
             engine.incidents.misused(
                 "stopped", f"section {child.path!r} stopped more often than started"

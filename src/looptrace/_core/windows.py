@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 class Windows:
     """Closes the engine's reset windows; the lap engine itself only starts and ends intervals.
 
-    Lock order: the aggregator's lock before any thread state's lock.
+    Lock order: the aggregator's lock before any thread state's claim.
     """
 
     def __init__(self, engine: Engine) -> None:
@@ -50,14 +50,14 @@ class Windows:
     def merge_pending(self, state: ThreadState) -> None:
         """Merge a thread's pending measurements into the window (bounds memory)."""
         aggregator = self.engine.aggregator
-        with aggregator.lock, state.lock:
+        with aggregator.lock:  # its owner, outside a timer call: no claimer can be at work
             state.merge_all(aggregator)
             SlowLaps.bound(state)
 
     def close(self, now: int, *, final: bool = False, subtree: str | None = None) -> None:
         """Cut every running interval and merge everything measured before the cut.
 
-        Each thread is cut at one instant, read while its lock is held: a thread that lapped
+        Each thread is cut at one instant, read while its state is claimed: a thread that lapped
         after `reset()` read `now` has that lap in this window and nothing before its cut in
         the next, so no time is counted twice or lost. The caller holds the aggregator's
         lock, so no measurement after a cut can reach this window. A `final` window (shutdown)
@@ -67,7 +67,8 @@ class Windows:
         self.close_exited()
         states = self.engine.states.all()
         for state in states:
-            with state.lock:
+            state.claim()
+            try:
                 cut_at = max(now, self.engine.now())
                 state.last_cut = cut_at
                 if final:
@@ -79,6 +80,8 @@ class Windows:
                 else:
                     self._cut_subtree(state, subtree, cut_at)
                 self._drain(state)
+            finally:
+                state.unclaim()
 
     def _cut_subtree(self, state: ThreadState, subtree: str, now: int) -> None:
         """Cut the running intervals of the timer at path `subtree` and of its descendants."""
@@ -99,24 +102,27 @@ class Windows:
             state, at = exited.popleft()
             if not self.engine.states.retire(state):
                 continue
-            with state.lock:
+            state.claim()
+            try:
                 at = max(at, state.last_cut)
                 for top in reversed(state.outermost):
                     self.engine.end(state, top, at)
                 self._drain(state)
+            finally:
+                state.unclaim()
 
     def _drain(self, state: ThreadState) -> None:
-        """Wait for the thread's device events and merge all it measured; holds both locks.
+        """Wait for the thread's device events and merge all it measured; the state is claimed.
 
         Merging takes a path's durations over as they are (sorted only every `KEEP_RAW` of
-        them), so the thread waits on its lock for a few dictionary operations per path.
+        them): a timer call of the thread waits for a few dictionary operations per path.
         """
         if state.device is not None:
             self.engine.device.resolve(state, wait=True)
         state.merge_all(self.engine.aggregator)
 
     def after_fork_in_child(self) -> None:
-        """Keep only the forking thread's state, with fresh locks and nothing counted yet."""
+        """Keep only the forking thread's state, unclaimed, with nothing counted yet."""
         state = self.engine.states.after_fork_in_child()
         if state is None:
             return

@@ -1,0 +1,108 @@
+"""Timer calls take no lock: a reset claims a thread's state, and the two never overlap."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from looptrace.testing import capture
+
+from .conftest import PreemptingClock, counts, totals
+
+WAIT_S = 0.2  # how long a blocked thread is watched to stay blocked
+
+
+def test_reset_waits_for_a_timer_call_under_way() -> None:
+    """A reset from another thread waits until the lap it found in progress has ended."""
+    clock = PreemptingClock()
+    cap = capture(trace_every=0, clock=clock)
+    train = cap.lt.timer("training")
+    blocked: list[bool] = []
+    results: list[tuple[dict[str, float], dict[str, int]]] = []
+
+    def reset() -> None:
+        snapshot = cap.lt.reset()
+        results.append((totals(snapshot), {p: n for p, n in counts(snapshot).items() if n}))
+
+    resetter = threading.Thread(target=reset)
+
+    def inside_the_call() -> None:  # runs in the worker, inside record("b")
+        resetter.start()
+        resetter.join(WAIT_S)
+        blocked.append(resetter.is_alive())
+
+    def work() -> None:
+        train.record("a")
+        clock.advance(1.0)
+        clock.on_read = inside_the_call
+        train.record("b")
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    worker.join()
+    resetter.join()
+    assert blocked == [True]
+    # The switch from a to b ended before the cut: a is counted, b runs on past it.
+    assert results == [({"root.training": 1.0, "root.training.a": 1.0}, {"root.training.a": 1})]
+
+
+def test_a_timer_call_waits_while_its_state_is_claimed() -> None:
+    """A thread whose state another thread claims waits in its next call until unclaimed."""
+    cap = capture(trace_every=0)
+    train = cap.lt.timer("training")
+    started, proceed = threading.Event(), threading.Event()
+    done = threading.Event()
+
+    def work() -> None:
+        train.record("a")
+        started.set()
+        proceed.wait()
+        train.record("b")
+        done.set()
+        train.stop()
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    started.wait()
+    (state,) = [s for s in cap.lt._engine.states.all() if s.ident == worker.ident]
+    state.claim()
+    try:
+        proceed.set()
+        assert not done.wait(WAIT_S)
+    finally:
+        state.unclaim()
+    assert done.wait(10)
+    worker.join()
+    assert totals(cap.lt.reset()) == {
+        "root.training": 0.0,
+        "root.training.a": 0.0,
+        "root.training.b": 0.0,
+    }
+
+
+def test_a_thread_that_reuses_an_exited_threads_ident_starts_afresh() -> None:
+    """The state found last is dropped at thread exit, so a reused ident finds nothing running."""
+    cap = capture(trace_every=0)
+    engine = cap.lt._engine
+    train = cap.lt.timer("training")
+    seen: list[tuple[int, object, bool]] = []
+
+    def first() -> None:
+        train.record("a")  # left running: the thread exits inside a lap
+        seen.append((threading.get_ident(), engine.states.last, True))
+
+    def second() -> None:
+        seen.append((threading.get_ident(), engine.state(), train.running))
+
+    for _ in range(50):  # the OS hands an exited thread's ident out again, mostly at once
+        seen.clear()
+        for target in (first, second):
+            thread = threading.Thread(target=target)
+            thread.start()
+            thread.join()
+            time.sleep(0.001)  # until the OS thread is gone and its ident free
+        if seen[0][0] == seen[1][0]:
+            break
+    assert seen[0][0] == seen[1][0], "no ident was reused"
+    assert seen[1][1] is not seen[0][1]
+    assert seen[1][2] is False
