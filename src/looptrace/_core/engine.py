@@ -11,7 +11,7 @@ from looptrace._core import ranges as _ranges
 from looptrace._core.clock import Clock, EpochAnchor
 from looptrace._core.device import DeviceClock, DeviceTiming
 from looptrace._core.ids import StepTraces
-from looptrace._core.intervals import Interval, ThreadState, descendants
+from looptrace._core.intervals import Interval, NodeState, ThreadState, descendants
 from looptrace._core.sampling import LapSampler
 from looptrace._core.slow_laps import SlowLaps
 from looptrace._core.spans import LapSpans
@@ -93,9 +93,20 @@ class Engine:
             ancestor = ancestor.parent
         return None
 
-    def start(self, state: ThreadState, node: Timer, now: int, parent: Interval | None) -> Interval:
-        """Start an interval of `node` at `now`, nested in `parent` (None: a new outermost lap)."""
-        node_state = state.nodes.get(node) or state.node(node)
+    def start(
+        self,
+        state: ThreadState,
+        node: Timer,
+        now: int,
+        parent: Interval | None,
+        node_state: NodeState | None = None,
+    ) -> Interval:
+        """Start an interval of `node` at `now`, nested in `parent` (None: a new outermost lap).
+
+        `node_state` is the state of `node` in this thread, if the caller has it at hand.
+        """
+        if node_state is None:
+            node_state = state.nodes.get(node) or state.node(node)
         if parent is None:
             _ranges.find_profiler()
             step = node_state.laps
@@ -185,7 +196,9 @@ class Engine:
             parent.children.remove(interval)
             parent.child_ns += duration
         stack = node_state.stack
-        if stack[-1] is interval:
+        if len(stack) == 1:
+            stack.clear()  # frees it: a list popped empty is shrunk by realloc (slow) instead
+        elif stack[-1] is interval:
             stack.pop()
         else:
             stack.remove(interval)
@@ -310,10 +323,11 @@ class Engine:
                 current.state.lapped = True
             elif parent is None and not current.state.lapped:
                 current.implicit = True
-        # Ending a sibling removes only that sibling from the list, behind this iterator.
-        for sibling in reversed(current.children):
-            if sibling.node is not child:
-                self.end(state, sibling, now)
+        if current.children:
+            # Ending a sibling removes only that sibling from the list, behind this iterator.
+            for sibling in reversed(current.children):
+                if sibling.node is not child:
+                    self.end(state, sibling, now)
         return current
 
 

@@ -67,6 +67,17 @@ class NodeState:
             self.errors += 1
         return len(durations) >= FOLD_AT
 
+    def pop_held(self) -> Interval | None:
+        """Return the latest section entry held and forget it (None: none is held)."""
+        held = self.held
+        if not held:
+            return None
+        if len(held) == 1:
+            interval = held[0]
+            held.clear()  # frees it: a list popped empty is shrunk by realloc (slow) instead
+            return interval
+        return held.pop()
+
     def merge_into(self, aggregator: Aggregator) -> None:
         """Hand the pending measurements to the window and start collecting anew.
 

@@ -237,10 +237,10 @@ class Timer:
             now = engine.now()
             running = state.nodes.get(child)
             if running is not None and running.stack:
-                interval = engine.start(state, child, now, running.stack[-1])
+                interval = engine.start(state, child, now, running.stack[-1], running)
             else:
                 current = engine.run_owner_for(state, self, child, now, True)
-                interval = engine.start(state, child, now, current)
+                interval = engine.start(state, child, now, current, running)
             interval.held = True
             if hold:
                 interval.state.held.append(interval)
@@ -264,7 +264,7 @@ class Timer:
         try:
             if interval is None:
                 node = state.nodes.get(child)
-                interval = node.held.pop() if node is not None and node.held else None
+                interval = None if node is None else node.pop_held()
             # A lap or sibling switch inside the block may have ended it already.
             if interval is not None and not engine.closed:
                 stack = interval.state.stack
