@@ -11,7 +11,7 @@ from looptrace._core import ranges as _ranges
 from looptrace._core.clock import Clock, EpochAnchor
 from looptrace._core.device import DeviceClock, DeviceTiming
 from looptrace._core.ids import StepTraces
-from looptrace._core.intervals import Interval, NodeState, ThreadState, descendants
+from looptrace._core.intervals import Interval, NodeState, ThreadState, descendants, find
 from looptrace._core.sampling import LapSampler
 from looptrace._core.slow_laps import SlowLaps
 from looptrace._core.spans import LapSpans
@@ -106,7 +106,7 @@ class Engine:
         `node_state` is the state of `node` in this thread, if the caller has it at hand.
         """
         if node_state is None:
-            node_state = state.nodes.get(node) or state.node(node)
+            node_state = find(state, node) or state.node(node)
         if parent is None:
             _ranges.find_profiler()
             step = node_state.laps
@@ -280,7 +280,7 @@ class Engine:
         if sibling.node is child:
             target = ended
         else:
-            found = state.nodes.get(child)
+            found = find(state, child)
             if found is None or found.stack:
                 return False
             target = found
@@ -313,7 +313,7 @@ class Engine:
         `entry` that starts an outermost timer never lapped in this thread starts it for the
         section's duration only (`Interval.implicit`): each such section is a step.
         """
-        mine = state.nodes.get(owner)
+        mine = find(state, owner)
         if mine is not None and mine.stack:
             current = mine.stack[-1]
         else:

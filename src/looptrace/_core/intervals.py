@@ -30,13 +30,15 @@ class NodeState:
         "lap_times",
         "lapped",
         "laps",
+        "owner",
         "path",
         "self_ns",
         "stack",
     )
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, owner: ThreadState | None = None) -> None:
         self.path = path
+        self.owner = owner  # the thread state holding this one (None: a span processor's)
         self.stack: list[Interval] = []
         self.held: list[Interval] = []  # entries of `with section:` / `start()`, to end on exit
         self.laps = 0
@@ -236,7 +238,8 @@ class ThreadState:
         """Return the state of `timer` in this thread, creating it on first use."""
         state = self.nodes.get(timer)
         if state is None:
-            state = self.nodes[timer] = NodeState(timer.path)
+            state = self.nodes[timer] = NodeState(timer.path, self)
+        timer.mine = state
         return state
 
     def merge_all(self, aggregator: Aggregator) -> None:
@@ -255,6 +258,21 @@ class ThreadState:
         self.fold_due = False
         for node in self.nodes.values():
             node.drop()
+
+
+def find(state: ThreadState, timer: Timer) -> NodeState | None:
+    """Return the state of `timer` in `state`'s thread, None if it never ran there.
+
+    The timer keeps the state it was found with last (one read, so threads sharing the
+    timer never see half an update); a thread that finds another thread's looks it up.
+    """
+    mine = timer.mine
+    if mine is not None and mine.owner is state:
+        return mine
+    mine = state.nodes.get(timer)
+    if mine is not None:
+        timer.mine = mine
+    return mine
 
 
 def descendants(interval: Interval) -> list[Interval]:

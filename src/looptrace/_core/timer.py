@@ -9,7 +9,7 @@ from types import TracebackType
 from typing import Final, ParamSpec, TypeVar
 
 from looptrace._core.engine import Engine
-from looptrace._core.intervals import Interval
+from looptrace._core.intervals import Interval, NodeState, find
 from looptrace._core.iterate import laps
 from looptrace._core.wrap import wrap
 from looptrace._stats.aggregator import OTHER_PATH
@@ -38,6 +38,7 @@ class Timer:
         "_overflow",
         "_section",
         "device",
+        "mine",
         "name",
         "parent",
         "path",
@@ -54,6 +55,7 @@ class Timer:
         self._children: dict[str, Timer] = {}
         self._section: Section | None = None
         self._overflow: Timer | None = None  # times every name past the path cap
+        self.mine: NodeState | None = None  # its state in the thread that used it last
 
     def __repr__(self) -> str:
         return f"Timer({self.path!r})"
@@ -143,7 +145,7 @@ class Timer:
             state.wait_turn()
         try:
             now = engine.now()
-            mine = state.nodes.get(self)
+            mine = find(state, self)
             stack = None if mine is None else mine.stack
             if child is None:
                 if stack:
@@ -153,7 +155,7 @@ class Timer:
                     started.state.lapped = True
             elif not (stack and engine.switch_in_place(state, stack[-1], child, now)):
                 current = engine.run_owner_for(state, self, child, now)
-                running = state.nodes.get(child)
+                running = find(state, child)
                 if running is not None and running.stack:
                     engine.end(state, running.stack[0], now)
                 engine.start(state, child, now, current)
@@ -174,7 +176,7 @@ class Timer:
         if state.claimed and not was:
             state.wait_turn()
         try:
-            mine = state.nodes.get(self)
+            mine = find(state, self)
             was_running = mine is not None and bool(mine.stack)
             if mine is not None and mine.stack:
                 engine.end(state, mine.stack[0], engine.now())
@@ -235,7 +237,7 @@ class Timer:
             state.wait_turn()
         try:
             now = engine.now()
-            running = state.nodes.get(child)
+            running = find(state, child)
             if running is not None and running.stack:
                 interval = engine.start(state, child, now, running.stack[-1], running)
             else:
@@ -263,7 +265,7 @@ class Timer:
             state.wait_turn()
         try:
             if interval is None:
-                node = state.nodes.get(child)
+                node = find(state, child)
                 interval = None if node is None else node.pop_held()
             # A lap or sibling switch inside the block may have ended it already.
             if interval is not None and not engine.closed:
