@@ -250,7 +250,7 @@ class ThreadState:
         """
         self.fold_due = False
         for node in self.nodes.values():
-            if node.pending:
+            if node.durations or node.carry_ns or node.self_ns:  # (`pending`, inlined)
                 node.merge_into(aggregator)
 
     def drop_all(self) -> None:

@@ -179,12 +179,14 @@ class Aggregator:
         """
         if not durations and not carry_ns and not self_ns:
             return
-        agg = self._paths.get(path)
+        paths = self._paths
+        agg = paths.get(path)
         if agg is None:
-            path = self._admit(path)
-            agg = self._paths.get(path)
+            if path not in self._known:  # (a timer's path is admitted when the timer is made)
+                path = self._admit(path)
+                agg = paths.get(path)
             if agg is None:
-                agg = self._paths[path] = _PathAggregate()
+                agg = paths[path] = _PathAggregate()
         if path == OTHER_PATH:
             self.overflowed += len(durations)
         agg.carry_ns += carry_ns
