@@ -122,7 +122,12 @@ class Engine:
         else:
             thread = state.thread if parent is None else None  # sections share their lap's
             span = None if context is None else self.spans.start(node, context, now, step, thread)
-            interval = Interval(node, node_state, parent, now, step, span)
+            spare = node_state.spare if parent is None else None
+            if spare is None:
+                interval = Interval(node, node_state, parent, now, step, span)
+            else:
+                node_state.spare = None
+                interval = spare.restart(now, step, span)
         if parent is None:
             if context is not None and self.step_traces is not None:
                 self.step_traces.done()  # a device lap's span comes later, without pinned ids
@@ -232,7 +237,7 @@ class Engine:
         if in_place:
             if parent is None:
                 reads = self.tracer is not None and self.spans.spans_read()
-                in_place = not reads or not self.sampler(node_state.laps)
+                in_place = not reads or not self.sampler.traces(node_state.laps)
             else:
                 in_place = self.spans.child_context(parent) is None
         if not in_place:

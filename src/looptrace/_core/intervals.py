@@ -33,6 +33,7 @@ class NodeState:
         "owner",
         "path",
         "self_ns",
+        "spare",
         "stack",
     )
 
@@ -50,6 +51,9 @@ class NodeState:
         # - the earlier parts of a cut interval that ended (counted whole in `durations`).
         self.carry_ns = 0
         self.lap_times: LapTimes | None = None  # recent laps, to find slow ones (outermost)
+        # The ended interval of its latest untraced step of one section (`Interval.implicit`),
+        # which nothing else holds: the next outermost lap reuses the object.
+        self.spare: Interval | None = None
 
     def count(
         self, whole_ns: int, last_ns: int, child_ns: int, earlier_ns: int, error: bool
@@ -147,6 +151,17 @@ class Interval:
         self.implicit = False  # started by a section entry only: ends with that section
         self.context: Context | None = None  # `span` as a parent, made on first use
         self.device: DeviceTrack | None = None  # events of a device-timed interval
+
+    def restart(self, now: int, step: int, span: trace.Span | None) -> Interval:
+        """Make this ended outermost interval (no children, held by nothing) a new one."""
+        self.start = self.seg_start = now
+        self.child_ns = 0
+        self.step = step
+        self.span = span
+        self.held = self.implicit = False
+        self.context = None
+        self.device = None
+        return self
 
 
 MAX_CLAIM_SLEEP_S: Final = 0.001  # the longest pause of a claimer waiting for a timer call

@@ -25,6 +25,10 @@ class LapSampler:
 
     def __call__(self, lap: int) -> bool:
         """Return whether lap `lap` is traced."""
+        return self.traces(lap)
+
+    def traces(self, lap: int) -> bool:
+        """Return whether lap `lap` is traced (the engine's call: compiled, a direct one)."""
         every = self.trace_every
         return lap < self.trace_first or (every != 0 and lap % every == 0)
 

@@ -65,7 +65,7 @@ class LapSpans:
 
     def traced(self, step: int) -> bool:
         """Whether outermost lap `step` gets spans: sampled, and something reads them."""
-        return self.tracer is not None and self.sampler(step) and self.spans_read()
+        return self.tracer is not None and self.sampler.traces(step) and self.spans_read()
 
     def lap_context(self, node: Timer, step: int) -> Context | None:
         """Return the parent context of a traced outermost lap, None when it is not traced."""

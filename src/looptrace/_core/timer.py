@@ -276,6 +276,8 @@ class Timer:
                     parent = interval.parent
                     if parent is not None and parent.implicit and not parent.children:
                         engine.end(state, parent, now)  # a step of a never-lapped timer
+                        if parent.span is None and parent.device is None:
+                            parent.state.spare = parent  # held by nothing now: reuse it
         finally:
             state.busy = was
         if interval is None and not engine.closed:
