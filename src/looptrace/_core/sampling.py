@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 from looptrace._stats.errors import ConfigError
 
-DEFAULT_TRACE_FIRST = 10
-DEFAULT_TRACE_EVERY = 100
+DEFAULT_TRACE_FIRST: Final = 10
+DEFAULT_TRACE_EVERY: Final = 100
 
 
 @dataclass(frozen=True, slots=True)

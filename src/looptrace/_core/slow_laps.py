@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Final, cast
 
 from opentelemetry import trace
 from opentelemetry.context import Context
@@ -32,20 +32,20 @@ if TYPE_CHECKING:
 # One interval that ended while a lap was recorded: timer, start and end (monotonic ns), and
 # the exception it ended with.
 Entry = tuple["Timer", int, int, BaseException | None]
-ENTRY_ITEMS = 4  # items of one entry in a thread's flat record
+ENTRY_ITEMS: Final = 4  # items of one entry in a thread's flat record
 
-DEFAULT_FACTOR = 3.0
-MIN_LAPS = 10  # laps of a timer seen before any is judged slow
-RING = 32  # recent lap durations kept per timer and thread
-MEDIAN_EVERY = 8  # laps between two recomputations of the median
-RATE = 20  # at most one slow lap in RATE exported, on average
-BURST = 3  # slow laps exported back to back at most, after a quiet stretch
+DEFAULT_FACTOR: Final = 3.0
+MIN_LAPS: Final = 10  # laps of a timer seen before any is judged slow
+RING: Final = 32  # recent lap durations kept per timer and thread
+MEDIAN_EVERY: Final = 8  # laps between two recomputations of the median
+RATE: Final = 20  # at most one slow lap in RATE exported, on average
+BURST: Final = 3  # slow laps exported back to back at most, after a quiet stretch
 # A lap is slow only if it also takes this much longer than the median: a 30 µs step that
 # took 100 µs is scheduling noise, not a straggler worth a trace.
-MIN_EXCESS_NS = 1_000_000
+MIN_EXCESS_NS: Final = 1_000_000
 # Entries a thread's record may hold, checked when the thread merges its measurements: a lap
 # with more sections than this would flood a backend as a trace, and must not grow memory.
-MAX_RECORD = 65_536
+MAX_RECORD: Final = 65_536
 
 
 class LapTimes:
