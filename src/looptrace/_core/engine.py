@@ -122,12 +122,12 @@ class Engine:
         else:
             thread = state.thread if parent is None else None  # sections share their lap's
             span = None if context is None else self.spans.start(node, context, now, step, thread)
-            spare = node_state.spare if parent is None else None
+            spare = node_state.spare
             if spare is None:
                 interval = Interval(node, node_state, parent, now, step, span)
             else:
                 node_state.spare = None
-                interval = spare.restart(now, step, span)
+                interval = spare.restart(parent, now, step, span)
         if parent is None:
             if context is not None and self.step_traces is not None:
                 self.step_traces.done()  # a device lap's span comes later, without pinned ids

@@ -51,8 +51,8 @@ class NodeState:
         # - the earlier parts of a cut interval that ended (counted whole in `durations`).
         self.carry_ns = 0
         self.lap_times: LapTimes | None = None  # recent laps, to find slow ones (outermost)
-        # The ended interval of its latest untraced step of one section (`Interval.implicit`),
-        # which nothing else holds: the next outermost lap reuses the object.
+        # An ended, untraced interval that nothing holds any more (a section entry left, or
+        # the step of a never-lapped timer): its next interval reuses the object.
         self.spare: Interval | None = None
 
     def count(
@@ -152,8 +152,11 @@ class Interval:
         self.context: Context | None = None  # `span` as a parent, made on first use
         self.device: DeviceTrack | None = None  # events of a device-timed interval
 
-    def restart(self, now: int, step: int, span: trace.Span | None) -> Interval:
-        """Make this ended outermost interval (no children, held by nothing) a new one."""
+    def restart(
+        self, parent: Interval | None, now: int, step: int, span: trace.Span | None
+    ) -> Interval:
+        """Make this ended interval (no children, held by nothing) a new one of its timer."""
+        self.parent = parent
         self.start = self.seg_start = now
         self.child_ns = 0
         self.step = step

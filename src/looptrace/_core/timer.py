@@ -264,7 +264,8 @@ class Timer:
         if state.claimed and not was:
             state.wait_turn()
         try:
-            if interval is None:
+            held = interval is None  # (else a token its caller keeps: never reused)
+            if held:
                 node = find(state, child)
                 interval = None if node is None else node.pop_held()
             # A lap or sibling switch inside the block may have ended it already.
@@ -276,8 +277,9 @@ class Timer:
                     parent = interval.parent
                     if parent is not None and parent.implicit and not parent.children:
                         engine.end(state, parent, now)  # a step of a never-lapped timer
-                        if parent.span is None and parent.device is None:
-                            parent.state.spare = parent  # held by nothing now: reuse it
+                        _reuse(parent)
+                    if held:
+                        _reuse(interval)
         finally:
             state.busy = was
         if interval is None and not engine.closed:
@@ -302,6 +304,12 @@ class Timer:
         if "." in name:
             raise TimerError(f"section name {name!r} contains '.', which separates path levels")
         return name
+
+
+def _reuse(interval: Interval) -> None:
+    """Keep an ended interval that nothing holds for its timer's next one, if untraced."""
+    if interval.span is None and interval.device is None:
+        interval.state.spare = interval
 
 
 class Section:
