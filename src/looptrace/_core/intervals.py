@@ -25,8 +25,8 @@ class NodeState:
     __slots__ = (
         "carry_ns",
         "durations",
+        "entry",
         "errors",
-        "held",
         "lap_times",
         "lapped",
         "laps",
@@ -41,7 +41,9 @@ class NodeState:
         self.path = path
         self.owner = owner  # the thread state holding this one (None: a span processor's)
         self.stack: list[Interval] = []
-        self.held: list[Interval] = []  # entries of `with section:` / `start()`, to end on exit
+        # The latest entry of `with section:` / `start()` to end on exit; earlier ones below it
+        # (`Interval.below`): a stack with no list to grow and shrink.
+        self.entry: Interval | None = None
         self.laps = 0
         self.lapped = False  # started or lapped by record(): its laps are the user's steps
         self.durations: list[int] = []
@@ -73,16 +75,18 @@ class NodeState:
             self.errors += 1
         return len(durations) >= FOLD_AT
 
-    def pop_held(self) -> Interval | None:
+    def push_entry(self, interval: Interval) -> None:
+        """Hold a section entry's interval, to end on its exit."""
+        interval.below = self.entry
+        self.entry = interval
+
+    def pop_entry(self) -> Interval | None:
         """Return the latest section entry held and forget it (None: none is held)."""
-        held = self.held
-        if not held:
-            return None
-        if len(held) == 1:
-            interval = held[0]
-            held.clear()  # frees it: a list popped empty is shrunk by realloc (slow) instead
-            return interval
-        return held.pop()
+        interval = self.entry
+        if interval is not None:
+            self.entry = interval.below
+            interval.below = None
+        return interval
 
     def merge_into(self, aggregator: Aggregator) -> None:
         """Hand the pending measurements to the window and start collecting anew.
@@ -114,6 +118,7 @@ class Interval:
     """
 
     __slots__ = (
+        "below",
         "child_ns",
         "children",
         "context",
@@ -151,6 +156,7 @@ class Interval:
         self.implicit = False  # started by a section entry only: ends with that section
         self.context: Context | None = None  # `span` as a parent, made on first use
         self.device: DeviceTrack | None = None  # events of a device-timed interval
+        self.below: Interval | None = None  # the entry held before this one (`NodeState.entry`)
 
     def restart(
         self, parent: Interval | None, now: int, step: int, span: trace.Span | None

@@ -245,7 +245,7 @@ class Timer:
                 interval = engine.start(state, child, now, current, running)
             interval.held = True
             if hold:
-                interval.state.held.append(interval)
+                interval.state.push_entry(interval)
             return interval
         finally:
             state.busy = was
@@ -267,7 +267,7 @@ class Timer:
             held = interval is None  # (else a token its caller keeps: never reused)
             if held:
                 node = find(state, child)
-                interval = None if node is None else node.pop_held()
+                interval = None if node is None else node.pop_entry()
             # A lap or sibling switch inside the block may have ended it already.
             if interval is not None and not engine.closed:
                 stack = interval.state.stack
