@@ -37,7 +37,7 @@ ENTRY_ITEMS: Final = 4  # items of one entry in a thread's flat record
 DEFAULT_FACTOR: Final = 3.0
 MIN_LAPS: Final = 10  # laps of a timer seen before any is judged slow
 RING: Final = 32  # recent lap durations kept per timer and thread
-MEDIAN_EVERY: Final = 8  # laps between two recomputations of the median
+MEDIAN_EVERY: Final = 16  # laps between two recomputations of the median
 RATE: Final = 20  # at most one slow lap in RATE exported, on average
 BURST: Final = 3  # slow laps exported back to back at most, after a quiet stretch
 # A lap is slow only if it also takes this much longer than the median: a 30 µs step that
