@@ -101,11 +101,6 @@ class NodeState:
         """Forget the pending measurements."""
         self.durations, self.self_ns, self.errors, self.carry_ns = [], 0, 0, 0
 
-    @property
-    def pending(self) -> bool:
-        """Whether anything waits to be merged."""
-        return bool(self.durations or self.carry_ns or self.self_ns)
-
 
 class Interval:
     """One running measurement of a timer in one thread.
@@ -274,7 +269,7 @@ class ThreadState:
         """
         self.fold_due = False
         for node in self.nodes.values():
-            if node.durations or node.carry_ns or node.self_ns:  # (`pending`, inlined)
+            if node.durations or node.carry_ns or node.self_ns:  # anything to merge
                 node.merge_into(aggregator)
 
     def drop_all(self) -> None:
