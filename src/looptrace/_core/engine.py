@@ -11,7 +11,14 @@ from looptrace._core import ranges as _ranges
 from looptrace._core.clock import Clock, EpochAnchor
 from looptrace._core.device import DeviceClock, DeviceTiming
 from looptrace._core.ids import StepTraces
-from looptrace._core.intervals import Interval, NodeState, ThreadState, descendants, find
+from looptrace._core.intervals import (
+    Interval,
+    NodeState,
+    ThreadState,
+    descendants,
+    discard,
+    find,
+)
 from looptrace._core.sampling import LapSampler
 from looptrace._core.slow_laps import SlowLaps
 from looptrace._core.spans import LapSpans
@@ -194,19 +201,13 @@ class Engine:
             self.device.close(state, interval, error)
         parent = interval.parent
         if parent is None:
-            state.outermost.remove(interval)
+            discard(state.outermost, interval)
             if state.watched and self.slow is not None:
                 self.slow.end(state, interval, now, cut)
         else:
-            parent.children.remove(interval)
+            discard(parent.children, interval)
             parent.child_ns += duration
-        stack = node_state.stack
-        if len(stack) == 1:
-            stack.clear()  # frees it: a list popped empty is shrunk by realloc (slow) instead
-        elif stack[-1] is interval:
-            stack.pop()
-        else:
-            stack.remove(interval)
+        discard(node_state.stack, interval)  # (see `slot_list`)
         if interval.span is not None:
             self.spans.end(interval.span, now, error, cut=cut)
         if parent is None and state.device is not None and state.device.pending:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, cast
 
 from opentelemetry import trace
 from opentelemetry.context import Context
@@ -40,7 +40,7 @@ class NodeState:
     def __init__(self, path: str, owner: ThreadState | None = None) -> None:
         self.path = path
         self.owner = owner  # the thread state holding this one (None: a span processor's)
-        self.stack: list[Interval] = []
+        self.stack = slot_list()  # its running intervals, outermost first
         # The latest entry of `with section:` / `start()` to end on exit; earlier ones below it
         # (`Interval.below`): a stack with no list to grow and shrink.
         self.entry: Interval | None = None
@@ -141,7 +141,7 @@ class Interval:
         self.node = node
         self.state = state
         self.parent = parent
-        self.children: list[Interval] = []
+        self.children = slot_list()
         self.start = now  # of the whole interval; `seg_start` moves at each reset cut
         self.seg_start = now
         self.child_ns = 0
@@ -204,14 +204,14 @@ class ThreadState:
         self.claimed = False  # a claimer works, or waits to work, on this state
         self.ident = threading.get_ident()  # the thread it was made in
         self.nodes: dict[Timer, NodeState] = {}
-        self.outermost: list[Interval] = []
+        self.outermost = slot_list()
         self.fold_due = False  # some node holds FOLD_AT measurements: merge after the call
         self.last_cut = 0  # the instant of the latest `reset()` cut of this thread
         self.device: DeviceQueue | None = None  # device segments waiting for their events
         # Slow laps: the outermost laps judged when they end, those of them untraced, and
         # while any is, every interval that ends in this thread (None: nothing recorded).
-        self.watched: list[Interval] = []
-        self.recording: list[Interval] = []
+        self.watched = slot_list()
+        self.recording = slot_list()
         self.record: list[object] | None = None  # see `slow_laps.ENTRY_ITEMS`
         # Made in the thread it describes. Outermost lap spans carry it (their sections are in
         # the same thread), so viewers can lay threads apart.
@@ -277,6 +277,28 @@ class ThreadState:
         self.fold_due = False
         for node in self.nodes.values():
             node.drop()
+
+
+def slot_list() -> list[Interval]:
+    """Return an empty list with room for one interval, to fill and empty with no allocation.
+
+    CPython keeps a list's room while it shrinks to at least half of it, so a list with room
+    for one item goes from empty to one item and back for free. A list with more room that
+    `pop()` empties is reallocated to nothing through the C allocator, and one that `clear()`
+    or `remove()` empties is freed, so either allocates again on the next `append()`. A list
+    literal of one item has room for exactly one.
+    """
+    items: list[Interval | None] = [None]
+    items.pop()
+    return cast("list[Interval]", items)
+
+
+def discard(items: list[Interval], item: Interval) -> None:
+    """Remove `item` from `items`; the last one by `pop()`, which keeps a one-slot list's room."""
+    if items[-1] is item:
+        items.pop()
+    else:
+        items.remove(item)
 
 
 def find(state: ThreadState, timer: Timer) -> NodeState | None:

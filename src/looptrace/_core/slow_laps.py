@@ -21,6 +21,7 @@ from opentelemetry.context import Context
 
 from looptrace._core.clock import EpochAnchor
 from looptrace._core.ids import StepTraces
+from looptrace._core.intervals import discard
 from looptrace._core.spans import end_span
 from looptrace._stats.attributes import SLOW_LAP, STEP, THREAD_ID
 from looptrace._stats.health import Incidents
@@ -141,11 +142,11 @@ class SlowLaps:
         watched = state.watched
         if lap not in watched:
             return
-        watched.remove(lap)
+        discard(watched, lap)
         recording = state.recording
         recorded = lap in recording
         if recorded:
-            recording.remove(lap)
+            discard(recording, lap)
         if not cut:
             times = lap.state.lap_times
             if times is None:

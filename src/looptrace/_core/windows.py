@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from looptrace._core.intervals import Interval, ThreadState, descendants
+from looptrace._core.intervals import Interval, ThreadState, descendants, slot_list
 from looptrace._core.slow_laps import SlowLaps
 
 if TYPE_CHECKING:
@@ -138,7 +138,7 @@ class Windows:
             interval.device = None  # a forked child cannot use its parent's device context
             pending.extend(interval.children)
         state.device = None
-        state.watched, state.recording, state.record = [], [], None
+        state.watched, state.recording, state.record = slot_list(), slot_list(), None
 
     def cut(self, state: ThreadState, interval: Interval, now: int) -> None:
         """Count the part of a running interval before `now`; the rest goes to the next window."""
