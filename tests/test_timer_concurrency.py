@@ -190,6 +190,48 @@ def test_asyncio_tasks_keep_their_own_sections(cap: Capture) -> None:
     assert cap.lt.health().misuse == 0
 
 
+def test_a_thread_that_timed_before_runs_asyncio_unchanged(cap: Capture) -> None:
+    """A thread's first timer call leaves no running loop; tasks there still get their own."""
+    t = cap.lt.timer("handler")
+    clock = cap.clock
+    seen: list[object] = []
+
+    async def task(name: str) -> None:
+        with t.section(name):
+            await asyncio.sleep(0)
+            clock.advance(0.25)
+
+    async def main() -> None:
+        await asyncio.gather(task("a"), task("b"))
+
+    def work() -> None:
+        with t.section("before"):
+            clock.advance(1.0)
+        seen.append(asyncio.events._get_running_loop())
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError as error:
+            seen.append(str(error))
+        asyncio.run(main())
+        with t.section("after"):
+            clock.advance(2.0)
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join()
+    assert seen == [None, "no running event loop"]
+    snap = cap.lt.reset()
+    assert counts(snap) == {
+        "root.handler": 4,
+        "root.handler.before": 1,
+        "root.handler.a": 1,
+        "root.handler.b": 1,
+        "root.handler.after": 1,
+    }
+    assert totals(snap)["root.handler.after"] == 2.0
+    assert cap.lt.health().misuse == 0
+
+
 def test_a_finished_task_ends_what_it_left_running(cap: Capture) -> None:
     """Sections a task leaves running end when it is done, not in later windows."""
     t = cap.lt.timer("handler")

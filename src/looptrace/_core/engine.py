@@ -116,8 +116,7 @@ class Engine:
             node_state = find(state, node) or state.node(node)
         if parent is None:
             _ranges.find_profiler()
-            step = node_state.laps
-            node_state.laps = step + 1
+            step = node_state.next_lap()
             context = self.spans.lap_context(node, step)
         else:
             step = parent.step
@@ -166,7 +165,8 @@ class Engine:
 
         `cut` marks the spans as cut short by shutdown (status ERROR), not ended by the code.
         """
-        self._end_children(state, interval, now, cut=cut)
+        if interval.children:
+            self._end_children(state, interval, now, cut=cut)
         self._end_one(state, interval, now, error, cut=cut)
 
     def _end_children(
@@ -191,7 +191,7 @@ class Engine:
         cut: bool = False,
     ) -> None:
         """End `interval`, which has no running children, at `now`."""
-        if _ranges.any_open():
+        if _ranges.OPEN:
             _ranges.end(interval)
         duration = now - interval.seg_start
         node_state = interval.state
@@ -205,9 +205,17 @@ class Engine:
             if state.watched and self.slow is not None:
                 self.slow.end(state, interval, now, cut)
         else:
-            discard(parent.children, interval)
+            children = parent.children  # (`discard`, inlined here and below)
+            if children[-1] is interval:
+                children.pop()
+            else:
+                children.remove(interval)
             parent.child_ns += duration
-        discard(node_state.stack, interval)  # (see `slot_list`)
+        stack = node_state.stack
+        if stack[-1] is interval:
+            stack.pop()
+        else:
+            stack.remove(interval)
         if interval.span is not None:
             self.spans.end(interval.span, now, error, cut=cut)
         if parent is None and state.device is not None and state.device.pending:
@@ -309,6 +317,33 @@ class Engine:
         sibling.seg_start = sibling.start = now
         sibling.child_ns = 0
         return True
+
+    def enter_spare(
+        self, state: ThreadState, owner: Timer, node_state: NodeState, now: int
+    ) -> Interval | None:
+        """Start a section entry in place, or return None (changing nothing) for the general path.
+
+        The common entry of a loop: `owner` runs untraced with no section running, and the
+        section's last interval is spare (`NodeState.spare`). That object restarts as the
+        child of the owner's innermost interval. The result is the same as `run_owner_for()`
+        followed by `start()`.
+        """
+        spare = node_state.spare
+        if spare is None:
+            return None
+        mine = find(state, owner)
+        if mine is None or not mine.stack:
+            return None
+        current = mine.stack[-1]
+        if current.children or current.span is not None or current.device is not None:
+            return None
+        node_state.spare = None
+        spare.restart(current, now, current.step, None)
+        current.children.append(spare)
+        node_state.stack.append(spare)
+        if _ranges.active():
+            _ranges.begin(spare)
+        return spare
 
     def run_owner_for(
         self, state: ThreadState, owner: Timer, child: Timer, now: int, entry: bool = False

@@ -75,6 +75,17 @@ class NodeState:
             self.errors += 1
         return len(durations) >= FOLD_AT
 
+    def next_lap(self) -> int:
+        """Count an outermost lap that starts; return its number (the first is 0).
+
+        A timer's first outermost lap lists it in its thread's `tops`.
+        """
+        step = self.laps
+        self.laps = step + 1
+        if not step and self.owner is not None:
+            self.owner.tops.append(self)
+        return step
+
     def push_entry(self, interval: Interval) -> None:
         """Hold a section entry's interval, to end on its exit."""
         interval.below = self.entry
@@ -195,6 +206,7 @@ class ThreadState:
         "record",
         "recording",
         "thread",
+        "tops",
         "watched",
     )
 
@@ -204,6 +216,7 @@ class ThreadState:
         self.claimed = False  # a claimer works, or waits to work, on this state
         self.ident = threading.get_ident()  # the thread it was made in
         self.nodes: dict[Timer, NodeState] = {}
+        self.tops: list[NodeState] = []  # the timers with outermost laps here, first lap first
         self.outermost = slot_list()
         self.fold_due = False  # some node holds FOLD_AT measurements: merge after the call
         self.last_cut = 0  # the instant of the latest `reset()` cut of this thread

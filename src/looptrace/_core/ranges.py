@@ -51,11 +51,6 @@ def active() -> bool:
     return profiler is not None and bool(profiler._is_profiler_enabled)
 
 
-def any_open() -> bool:
-    """Return whether a running interval holds a range."""
-    return bool(OPEN)
-
-
 def quiet() -> bool:
     """Return whether no range is open and none would open: the engine may work in place."""
     return not OPEN and not active()

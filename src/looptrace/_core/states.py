@@ -7,7 +7,7 @@ import os
 import threading
 import weakref
 from asyncio import current_task
-from asyncio.events import _get_running_loop
+from asyncio.events import _get_running_loop, _set_running_loop
 from collections import deque
 from collections.abc import Callable
 from contextvars import ContextVar
@@ -65,6 +65,11 @@ class States:
         return state
 
     def _new_thread_state(self) -> ThreadState:
+        if _running_loop() is None:
+            # Up to CPython 3.11, asyncio answers "no running loop" in a thread that never ran
+            # one with a dictionary lookup, on every timer call; once the thread's loop is set
+            # to None (as asyncio does when a loop stops) the answer is a cached read.
+            _set_running_loop(None)
         state = self._new()
         holder = ExitSentinel(state)
         finalizer = weakref.finalize(holder, self.ended, state)

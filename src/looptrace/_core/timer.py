@@ -45,13 +45,21 @@ class Timer:
     )
 
     def __init__(
-        self, engine: Engine, name: str, parent: Timer | None, *, device: bool = False
+        self,
+        engine: Engine,
+        name: str,
+        parent: Timer | None,
+        *,
+        device: bool = False,
+        path: str | None = None,
     ) -> None:
         self._engine = engine
         self.name = name
         self.device = device
         self.parent = parent
-        self.path: str = name if parent is None else f"{parent.path}.{name}"
+        if path is None:
+            path = name if parent is None else f"{parent.path}.{name}"
+        self.path: str = path  # (the object the aggregator admitted: sets compare it by identity)
         self._children: dict[str, Timer] = {}
         self._section: Section | None = None
         self._overflow: Timer | None = None  # times every name past the path cap
@@ -71,12 +79,12 @@ class Timer:
         if child is None:
             name = self._check_name(name)
             engine = self._engine
-            if (
-                self.path == OTHER_PATH
-                or engine.aggregator.admit(f"{self.path}.{name}") == OTHER_PATH
-            ):
+            path = f"{self.path}.{name}"
+            if self.path == OTHER_PATH or engine.aggregator.admit(path) == OTHER_PATH:
                 return self._overflowed(device)
-            child = self._children.setdefault(name, Timer(engine, name, self, device=bool(device)))
+            child = self._children.setdefault(
+                name, Timer(engine, name, self, device=bool(device), path=path)
+            )
         elif device is not None and device != child.device:
             raise TimerError(
                 f"timer {child.path!r} already times on the {'device' if child.device else 'host'}"
@@ -238,11 +246,17 @@ class Timer:
         try:
             now = engine.now()
             running = find(state, child)
-            if running is not None and running.stack:
+            if running is None:
+                current = engine.run_owner_for(state, self, child, now, True)
+                interval = engine.start(state, child, now, current)
+            elif running.stack:  # recursion: nest in its latest interval
                 interval = engine.start(state, child, now, running.stack[-1], running)
             else:
-                current = engine.run_owner_for(state, self, child, now, True)
-                interval = engine.start(state, child, now, current, running)
+                entered = engine.enter_spare(state, self, running, now)
+                if entered is None:
+                    current = engine.run_owner_for(state, self, child, now, True)
+                    entered = engine.start(state, child, now, current, running)
+                interval = entered
             interval.held = True
             if hold:
                 interval.state.push_entry(interval)
@@ -308,7 +322,7 @@ class Timer:
 
 def _reuse(interval: Interval) -> None:
     """Keep an ended interval that nothing holds for its timer's next one, if untraced."""
-    if interval.span is None and interval.device is None:
+    if interval.span is None and interval.device is None and not interval.node.device:
         interval.state.spare = interval
 
 

@@ -40,10 +40,10 @@ class Windows:
         # Without a state of its own (a signal's helper thread): the most laps of any thread.
         states = [mine] if mine is not None else self.engine.states.all()
         done = [
-            node.laps - any(interval.node is timer for interval in state.outermost)
+            node.laps - any(interval.state is node for interval in state.outermost)
             for state in states
-            for timer, node in list(state.nodes.items())
-            if node.laps and _within(timer.path, subtree)
+            for node in list(state.tops)
+            if _within(node.path, subtree)
         ]
         return max(done, default=None)
 
