@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import math
-import operator
 import threading
 from bisect import bisect_left, bisect_right
 from typing import Final
@@ -74,15 +73,19 @@ class _PathAggregate:
             self.fold()
 
     def fold(self) -> None:
-        """Fold the kept durations: C-speed sums, one bisect per bucket they fill."""
+        """Fold the kept durations: exact sums, one bisect per bucket they fill."""
         durations = self.raw
         if durations is None:
             return
         self.raw = None
         durations.sort()
         n = len(durations)
-        self.sum += sum(durations)
-        self.sumsq += sum(map(operator.mul, durations, durations))
+        total = squares = 0
+        for duration in durations:  # compiled: machine integers until a square overflows
+            total += duration
+            squares += duration * duration
+        self.sum += total
+        self.sumsq += squares
         self.min = min(self.min, durations[0])
         self.max = max(self.max, durations[-1])
         sketch = self.sketch
