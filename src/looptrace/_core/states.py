@@ -66,9 +66,9 @@ class States:
 
     def _new_thread_state(self) -> ThreadState:
         if _running_loop() is None:
-            # Up to CPython 3.11, asyncio answers "no running loop" in a thread that never ran
-            # one with a dictionary lookup, on every timer call; once the thread's loop is set
-            # to None (as asyncio does when a loop stops) the answer is a cached read.
+            # CPython 3.11 answers "no running loop" in a thread that never ran one with a
+            # lookup in the thread's dictionary, on every timer call; once the thread's loop
+            # is set to None (as asyncio does when a loop stops) it answers from a cache.
             _set_running_loop(None)
         state = self._new()
         holder = ExitSentinel(state)
