@@ -205,17 +205,9 @@ class Engine:
             if state.watched and self.slow is not None:
                 self.slow.end(state, interval, now, cut)
         else:
-            children = parent.children  # (`discard`, inlined here and below)
-            if children[-1] is interval:
-                children.pop()
-            else:
-                children.remove(interval)
+            discard(parent.children, interval)
             parent.child_ns += duration
-        stack = node_state.stack
-        if stack[-1] is interval:
-            stack.pop()
-        else:
-            stack.remove(interval)
+        discard(node_state.stack, interval)  # (see `slot_list`)
         if interval.span is not None:
             self.spans.end(interval.span, now, error, cut=cut)
         if parent is None and state.device is not None and state.device.pending:

@@ -246,17 +246,16 @@ class Timer:
         try:
             now = engine.now()
             running = find(state, child)
-            if running is None:
-                current = engine.run_owner_for(state, self, child, now, True)
-                interval = engine.start(state, child, now, current)
-            elif running.stack:  # recursion: nest in its latest interval
+            interval: Interval | None
+            if running is not None and running.stack:  # recursion: nest in its latest one
                 interval = engine.start(state, child, now, running.stack[-1], running)
             else:
-                entered = engine.enter_spare(state, self, running, now)
-                if entered is None:
+                interval = (
+                    None if running is None else engine.enter_spare(state, self, running, now)
+                )
+                if interval is None:
                     current = engine.run_owner_for(state, self, child, now, True)
-                    entered = engine.start(state, child, now, current, running)
-                interval = entered
+                    interval = engine.start(state, child, now, current, running)
             interval.held = True
             if hold:
                 interval.state.push_entry(interval)
