@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from opentelemetry import trace
 from opentelemetry.sdk.metrics import MeterProvider
@@ -31,9 +31,16 @@ from looptrace._stats.health import Incidents
 
 # The OTLP receivers of the test suite, importable when run as `python benchmarks/bench.py`.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.otlp_server import OtlpReceiver, StalledServer
 
-Sinks = dict[str, OtlpReceiver | StalledServer]
+
+class Sink(Protocol):
+    """Where an OTLP exporter sends: a receiver in this process or a child, a stalled server."""
+
+    @property
+    def endpoint(self) -> str: ...
+
+
+Sinks = dict[str, Sink]
 
 NAMES = ("data", "forward", "backward", "optimizer") * 5  # 20 sections per step
 PER_STEP = len(NAMES) + 1

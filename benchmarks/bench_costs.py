@@ -270,12 +270,18 @@ def sketch_error(n: int) -> dict[str, float]:
     return result
 
 
-def export_throughput(steps: int, sinks: Sinks) -> dict[str, float]:
-    """Spans per second from looptrace through BatchSpanProcessor + OTLP/gRPC to a receiver."""
-    sink = sinks["otlp"]
-    assert isinstance(sink, OtlpReceiver)
+def export_throughput(steps: int) -> dict[str, float]:
+    """Spans per second from looptrace through BatchSpanProcessor + OTLP/gRPC to a receiver.
+
+    The receiver is its own, in this process, where its span count can be read.
+    """
+    with OtlpReceiver("grpc", keep_spans=False) as sink:
+        return _export_to(steps, sink)
+
+
+def _export_to(steps: int, sink: OtlpReceiver) -> dict[str, float]:
     before = sink.span_count
-    provider = tracer_provider("otlp", sinks)
+    provider = tracer_provider("otlp", {"otlp": sink})
     lt = looptrace.configure(tracer_provider=provider, trace_every=1, rank=looptrace.RankInfo())
     train = lt.timer("train")
     t0 = time.perf_counter_ns()
