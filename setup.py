@@ -23,6 +23,7 @@ COMPILED = [
     for module in (
         "_core/device",
         "_core/engine",
+        "_core/entry",
         "_core/ids",
         "_core/intervals",
         "_core/iterate",

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import pytest
 
-from looptrace.testing import Capture
+import looptrace
+from looptrace.testing import Capture, capture
 
 from .conftest import counts, totals
 
@@ -209,6 +211,54 @@ def test_section_exception_records_error_and_reraises(cap: Capture) -> None:
     ]
     step_span = cap.finished_spans()[0]
     assert [e.name for e in step_span.events] == ["exception"]
+
+
+def test_an_untraced_section_that_raises_counts_its_error(cap: Capture) -> None:
+    """Untraced, a section left by an exception (the in-place exit) counts it as an error."""
+    lt = capture(trace_every=0, clock=cap.clock).lt
+    train = lt.timer("training")
+    train.record()
+    step = train.section("step")
+    for fail in (False, True):
+        with contextlib.suppress(RuntimeError), step:
+            cap.clock.advance(0.5)
+            if fail:
+                raise RuntimeError("boom")
+    train.stop()
+    snap = lt.reset()
+    assert (snap["root.training.step"].count, snap["root.training.step"].errors) == (2, 1)
+    assert snap["root.training.step"].total == 1.0
+
+
+def test_a_with_block_binds_no_method_of_its_section(cap: Capture) -> None:
+    """`with` finds a section's __enter__/__exit__ bound already, and gets the section back."""
+    train = cap.lt.timer("training")
+    step = train.section("step")
+    assert step.__enter__ is step.__enter__
+    assert step.__exit__ is step.__exit__
+    assert isinstance(step, looptrace.Section)
+    assert type(step) is not type(train.section("other"))
+    assert repr(step) == "Section('root.training.step')"
+    with step as entered:
+        assert entered is step
+        assert train.timer("step").running
+    assert not train.timer("step").running
+
+
+def test_a_section_entered_in_the_language_references_form(cap: Capture) -> None:
+    """`type(m).__enter__(m)` / `type(m).__exit__(m, ...)` (mypyc's `with`) enter and leave."""
+    train = cap.lt.timer("training")
+    train.record()
+    step = train.section("step")
+    for error in (None, RuntimeError("boom")):
+        assert type(step).__enter__(step) is step
+        cap.clock.advance(0.5)
+        type(step).__exit__(step, type(error) if error else None, error, None)
+    train.stop()
+    snap = cap.lt.reset()
+    assert (snap["root.training.step"].count, snap["root.training.step"].errors) == (2, 1)
+    assert snap["root.training.step"].total == 1.0
+    assert cap.lt.health().misuse == 0
 
 
 def test_section_ended_by_a_switch_inside_the_block(cap: Capture) -> None:

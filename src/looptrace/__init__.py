@@ -10,7 +10,8 @@ if TYPE_CHECKING:  # the names below are imported on first use: the CLI's offlin
     from looptrace._configure import configure
     from looptrace._core.clock import Clock, MonotonicClock
     from looptrace._core.device import DeviceClock
-    from looptrace._core.timer import Section, Timer
+    from looptrace._core.section import Section
+    from looptrace._core.timer import Timer
     from looptrace._distributed.ranks import RankInfo
     from looptrace._export.id_generator import StepIdGenerator
     from looptrace._export.processor import AggregatingSpanProcessor
@@ -52,7 +53,7 @@ _LAZY = {
     "MonotonicClock": "looptrace._core.clock",
     "RankInfo": "looptrace._distributed.ranks",
     "RankSpread": "looptrace._stats.spread",
-    "Section": "looptrace._core.timer",
+    "Section": "looptrace._core.section",
     "SectionSpread": "looptrace._stats.spread",
     "SectionStats": "looptrace._stats.snapshot",
     "Snapshot": "looptrace._stats.snapshot",

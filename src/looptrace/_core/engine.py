@@ -337,6 +337,48 @@ class Engine:
             _ranges.begin(spare)
         return spare
 
+    def leave(
+        self,
+        state: ThreadState,
+        interval: Interval,
+        now: int,
+        error: BaseException | None,
+        *,
+        held: bool,
+    ) -> None:
+        """End a section entry's running `interval` at `now`, and the step it alone made.
+
+        `held`: nothing else keeps the object (a `with` entry; a decorator keeps its token), so
+        an untraced one stays its timer's spare (`NodeState.spare`) for the next entry. The
+        common exit of a loop, an untraced leaf that is its timer's innermost interval inside
+        a lapped one, ends in place: the result is the same as `end()`.
+        """
+        parent = interval.parent
+        stack = interval.state.stack
+        if (
+            held
+            and parent is not None
+            and not parent.implicit
+            and not interval.children
+            and interval.span is None
+            and interval.device is None
+            and not _ranges.OPEN
+            and stack[-1] is interval
+        ):
+            duration = now - interval.seg_start
+            _count_ended(state, interval, now, duration, error)
+            discard(parent.children, interval)
+            parent.child_ns += duration
+            stack.pop()
+            _reuse(interval)
+            return
+        self.end(state, interval, now, error)
+        if parent is not None and parent.implicit and not parent.children:
+            self.end(state, parent, now)  # a step of a never-lapped timer
+            _reuse(parent)
+        if held:
+            _reuse(interval)
+
     def run_owner_for(
         self, state: ThreadState, owner: Timer, child: Timer, now: int, entry: bool = False
     ) -> Interval:
@@ -362,6 +404,12 @@ class Engine:
                 if sibling.node is not child:
                     self.end(state, sibling, now)
         return current
+
+
+def _reuse(interval: Interval) -> None:
+    """Keep an ended interval that nothing holds for its timer's next one, if untraced."""
+    if interval.span is None and interval.device is None and not interval.node.device:
+        interval.state.spare = interval
 
 
 def _count_ended(

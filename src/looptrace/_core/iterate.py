@@ -11,7 +11,8 @@ from collections.abc import Iterable, Iterator, Sized
 from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
-    from looptrace._core.timer import Section, Timer
+    from looptrace._core.section import Section
+    from looptrace._core.timer import Timer
 
 T = TypeVar("T")
 

@@ -5,13 +5,12 @@ from __future__ import annotations
 from asyncio.events import _get_running_loop
 from collections.abc import Callable, Iterable, Iterator
 from threading import get_ident
-from types import TracebackType
 from typing import Final, ParamSpec, TypeVar
 
 from looptrace._core.engine import Engine
 from looptrace._core.intervals import Interval, NodeState, find
 from looptrace._core.iterate import laps
-from looptrace._core.wrap import wrap
+from looptrace._core.section import Section, new_section
 from looptrace._stats.aggregator import OTHER_PATH
 from looptrace._stats.errors import TimerError
 from looptrace._stats.snapshot import Snapshot
@@ -207,7 +206,7 @@ class Timer:
             child = self.timer(name)
         section = child._section
         if section is None:
-            section = child._section = Section(self, child)
+            section = child._section = new_section(self, child)
         return section
 
     def iterate(self, iterable: Iterable[R], section: str = "data") -> Iterator[R]:
@@ -285,14 +284,7 @@ class Timer:
             if interval is not None and not engine.closed:
                 stack = interval.state.stack
                 if (stack and stack[-1] is interval) or interval in stack:
-                    now = engine.now()
-                    engine.end(state, interval, now, error)
-                    parent = interval.parent
-                    if parent is not None and parent.implicit and not parent.children:
-                        engine.end(state, parent, now)  # a step of a never-lapped timer
-                        _reuse(parent)
-                    if held:
-                        _reuse(interval)
+                    engine.leave(state, interval, engine.now(), error, held=held)
         finally:
             state.busy = was
         if interval is None and not engine.closed:
@@ -317,55 +309,3 @@ class Timer:
         if "." in name:
             raise TimerError(f"section name {name!r} contains '.', which separates path levels")
         return name
-
-
-def _reuse(interval: Interval) -> None:
-    """Keep an ended interval that nothing holds for its timer's next one, if untraced."""
-    if interval.span is None and interval.device is None and not interval.node.device:
-        interval.state.spare = interval
-
-
-class Section:
-    """One section of a timer, usable as `with`, as `@decorator`, or by `start()`/`stop()`.
-
-    The object holds no per-entry state: entries are kept per thread by the engine, so one
-    object serves every thread and recursion. `timer.section(name)` returns the same object
-    on every call.
-    """
-
-    __slots__ = ("_owner", "timer")
-
-    def __init__(self, owner: Timer, timer: Timer) -> None:
-        self._owner = owner
-        self.timer = timer
-
-    def __repr__(self) -> str:
-        return f"Section({self.timer.path!r})"
-
-    def start(self) -> None:
-        """Enter the section (like `record(name)` on its timer)."""
-        self._owner._enter(self.timer, hold=True)
-
-    def stop(self) -> None:
-        """Leave the section entered last by this thread."""
-        self._owner._exit(self.timer, None, None)
-
-    def __enter__(self) -> Section:
-        self._owner._enter(self.timer, hold=True)
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self._owner._exit(self.timer, None, exc)
-
-    def __call__(self, func: Callable[P, R]) -> Callable[P, R]:
-        """Wrap `func` so that every call is one entry of this section.
-
-        For an `async def`, a generator or an async generator function the entry spans the
-        whole call: every await, or the iteration until the generator is exhausted or closed.
-        """
-        return wrap(func, self._owner, self.timer)

@@ -16,7 +16,8 @@ from typing import Any
 import lightning.pytorch as pl
 from lightning.pytorch.profilers import Profiler
 
-from looptrace._core.timer import Section, Timer
+from looptrace._core.section import Section
+from looptrace._core.timer import Timer
 from looptrace._looptrace import Looptrace
 from looptrace._offline.summary import _merge
 from looptrace._offline.table import render_table
