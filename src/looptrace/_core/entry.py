@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from looptrace._core.timer import Timer
-
-_NONE: Final = object()  # no fourth argument: the exit was called as `with` calls it
 
 
 class SectionEntry:
@@ -34,10 +32,13 @@ class SectionEntry:
         self.owner._enter(self.timer, hold=True)
         return self.section
 
-    def exit(self, first: object, second: object, third: object, fourth: object = _NONE) -> None:
+    def exit(self, first: object, second: object, third: object, fourth: object = None) -> None:
         """Leave the section entered last by the calling thread or task, failed by an error.
 
         Called as `exit(exc_type, exc, traceback)` or `exit(section, exc_type, exc, traceback)`.
         """
-        error = second if fourth is _NONE else third
-        self.owner._exit(self.timer, None, error if isinstance(error, BaseException) else None)
+        error = third if first is self.section else second
+        if error is None:  # (isinstance() of None looks up its __class__: kept off this path)
+            self.owner._exit(self.timer, None, None)
+        else:
+            self.owner._exit(self.timer, None, error if isinstance(error, BaseException) else None)
