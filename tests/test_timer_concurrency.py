@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 
 import pytest
 
@@ -293,3 +293,72 @@ def test_timed_async_and_generator_functions_measure_the_whole_call(cap: Capture
         "root.serve.produce": 0.4,
         "root.serve.stream": 0.5,
     }
+
+
+def test_timed_async_generator_passes_asend_and_athrow_through(cap: Capture) -> None:
+    """@timed on an async generator hands asend() values and athrow() errors to it."""
+    t = cap.lt.timer("serve")
+
+    @t.timed()
+    async def echo() -> AsyncGenerator[str, str]:
+        received = "start"
+        while True:
+            try:
+                received = yield received
+            except KeyError:
+                received = "caught"
+            cap.clock.advance(0.5)
+
+    async def main() -> list[str]:
+        gen = echo()
+        replies = [await gen.asend(None), await gen.asend("a"), await gen.athrow(KeyError())]
+        replies.append(await gen.asend("b"))
+        await gen.aclose()
+        return replies
+
+    assert asyncio.run(main()) == ["start", "a", "caught", "b"]
+    snap = cap.lt.reset()
+    assert snap["root.serve.echo"].count == 1
+    assert snap["root.serve.echo"].errors == 0
+    assert totals(snap)["root.serve.echo"] == 1.5
+
+
+def test_closing_a_timed_async_generator_closes_it_at_once(cap: Capture) -> None:
+    """aclose() on a @timed async generator runs the generator's finally before it returns."""
+    t = cap.lt.timer("serve")
+    closed: list[str] = []
+
+    @t.timed()
+    async def numbers() -> AsyncIterator[int]:
+        try:
+            yield 1
+            yield 2
+        finally:
+            closed.append("numbers")
+
+    async def main() -> list[str]:
+        gen = numbers()
+        await gen.__anext__()
+        await gen.aclose()
+        return list(closed)
+
+    assert asyncio.run(main()) == ["numbers"]
+    assert cap.lt.reset()["root.serve.numbers"].errors == 0
+
+
+def test_an_error_thrown_into_a_timed_async_generator_counts_once(cap: Capture) -> None:
+    """An error athrow()n into a @timed async generator propagates and counts as its error."""
+    t = cap.lt.timer("serve")
+
+    @t.timed()
+    async def numbers() -> AsyncIterator[int]:
+        yield 1
+
+    async def main() -> None:
+        gen = numbers()
+        await gen.__anext__()
+        await gen.athrow(ValueError("bad batch"))
+
+    with pytest.raises(ValueError, match="bad batch"):
+        asyncio.run(main())
+    assert cap.lt.reset()["root.serve.numbers"].errors == 1

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import AsyncGenerator, Callable, Coroutine, Generator
+from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Generator
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 
 if TYPE_CHECKING:
@@ -95,9 +95,26 @@ def _wrap_async_generator(
     @functools.wraps(func)
     async def wrapper(*args: P.args, **kwargs: P.kwargs) -> AsyncGenerator[Any, Any]:
         interval = owner._enter(timer, hold=False)
+        inner = func(*args, **kwargs)
         try:
-            async for item in func(*args, **kwargs):
-                yield item
+            # `yield from` for an async generator, which the language lacks: what the
+            # consumer sends (`asend`) or throws in (`athrow`) reaches `inner`, and closing
+            # the wrapper closes `inner` at once.
+            step: Awaitable[Any] = inner.asend(None)
+            while True:
+                try:
+                    item = await step
+                except StopAsyncIteration:
+                    break
+                try:
+                    sent = yield item
+                except GeneratorExit:
+                    await inner.aclose()
+                    raise
+                except BaseException as thrown:
+                    step = inner.athrow(thrown)
+                else:
+                    step = inner.asend(sent)
         except GeneratorExit:  # closed early by its consumer: not an error
             if interval is not None:
                 owner._exit(timer, interval, None)
