@@ -167,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         "quick": args.quick,
         "rounds": rounds,
         "steps_per_sample": steps,
+        "floor_median_x_fastest": rows[0]["median_ns"] / rows[0]["min_ns"],
         "cases": rows,
         "targets": targets,
         **extra,

@@ -76,9 +76,15 @@ def print_report(
             f"{row['case']:44} {row['median_ns']:8.0f}n {row['min_ns']:8.0f}n "
             f"{row['max_ns']:8.0f}n {row['cpu_ns']:8.0f}n {row['x_floor']:8.2f} {sdk:>9}"
         )
+    floor = rows[0]
+    print(
+        f"\nthe floor's median / fastest round: {floor['median_ns'] / floor['min_ns']:.2f} "
+        "(about 1.1 on a quiet machine; well above, the machine changed speed during the run, "
+        "cases' medians fell at different speeds and the ratios between them moved)"
+    )
     step = extra["realistic_step"]
     print(
-        f"\nrealistic 10 ms step (20 sections, default sampling): "
+        "realistic 10 ms step (20 sections, default sampling): "
         f"{step['cpu_ns_per_step'] / 1000:.1f} µs/step of CPU added = "
         f"{step['overhead_pct_of_10ms_step']:.3f} %; empty steps on the real clock, stalls "
         f"exported as slow laps: {step['real_clock_cpu_ns_per_step'] / 1000:.1f} µs/step"
