@@ -362,3 +362,20 @@ def test_an_error_thrown_into_a_timed_async_generator_counts_once(cap: Capture) 
     with pytest.raises(ValueError, match="bad batch"):
         asyncio.run(main())
     assert cap.lt.reset()["root.serve.numbers"].errors == 1
+
+
+def test_a_timed_async_generator_called_wrongly_ends_its_entry(cap: Capture) -> None:
+    """A @timed async generator whose call raises ends its entry, counted as an error."""
+    t = cap.lt.timer("serve")
+
+    @t.timed()
+    async def numbers(count: int) -> AsyncIterator[int]:
+        for i in range(count):
+            yield i
+
+    async def main() -> None:
+        await numbers().__anext__()  # type: ignore[call-arg]
+
+    with pytest.raises(TypeError, match="count"):
+        asyncio.run(main())
+    assert cap.lt.reset()["root.serve.numbers"].errors == 1

@@ -95,11 +95,11 @@ def _wrap_async_generator(
     @functools.wraps(func)
     async def wrapper(*args: P.args, **kwargs: P.kwargs) -> AsyncGenerator[Any, Any]:
         interval = owner._enter(timer, hold=False)
-        inner = func(*args, **kwargs)
         try:
             # `yield from` for an async generator, which the language lacks: what the
             # consumer sends (`asend`) or throws in (`athrow`) reaches `inner`, and closing
             # the wrapper closes `inner` at once.
+            inner = func(*args, **kwargs)
             step: Awaitable[Any] = inner.asend(None)
             while True:
                 try:
