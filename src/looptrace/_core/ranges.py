@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from looptrace._core.intervals import Interval
 
 _PROFILER = "torch.autograd.profiler"
+_ENABLED: Final = "_is_profiler_enabled"  # its flag: True while a profiler runs
 _MODULES: Final = sys.modules  # the module table, bound once: read at every outermost lap
 # Set by Nsight Systems (and other NVTX tools) in the profiled process to attach to NVTX.
 NVTX_TOOL_VARIABLE = "NVTX_INJECTION64_PATH"
@@ -28,10 +29,13 @@ _logger = logging.getLogger("looptrace")
 class _Gate:
     """What turns ranges on: torch's profiler module once seen, and NVTX when asked or attached."""
 
-    __slots__ = ("failed", "modules_seen", "nvtx", "profiler")
+    __slots__ = ("failed", "flags", "modules_seen", "nvtx", "profiler")
 
     def __init__(self) -> None:
         self.profiler: Any = None
+        # The profiler module's globals, where torch keeps its flag: a section reads the flag
+        # with one dictionary lookup, not an attribute lookup on the module (about half).
+        self.flags: dict[str, object] | None = None
         self.modules_seen = 0  # how many modules were loaded when the profiler was looked for
         self.nvtx = bool(os.environ.get(NVTX_TOOL_VARIABLE))
         self.failed = False
@@ -47,8 +51,8 @@ def active() -> bool:
     """Return whether a starting interval opens a range (a profiler runs, or NVTX is on)."""
     if gate.nvtx:
         return True
-    profiler = gate.profiler
-    return profiler is not None and bool(profiler._is_profiler_enabled)
+    flags = gate.flags
+    return flags is not None and bool(flags.get(_ENABLED))
 
 
 def quiet() -> bool:
@@ -65,8 +69,9 @@ def find_profiler() -> None:
         profiler = _MODULES.get(_PROFILER)
         if profiler is None:
             gate.modules_seen = len(_MODULES)
-        elif hasattr(profiler, "_is_profiler_enabled"):  # else still importing: look again
+        elif hasattr(profiler, _ENABLED):  # else still importing: look again
             gate.profiler = profiler
+            gate.flags = vars(profiler)
 
 
 def begin(interval: Interval) -> None:
