@@ -33,8 +33,8 @@ class _Gate:
 
     def __init__(self) -> None:
         self.profiler: Any = None
-        # The profiler module's globals, where torch keeps its flag: a section reads the flag
-        # with one dictionary lookup, not an attribute lookup on the module (about half).
+        # The profiler module's globals, where torch keeps its flag: a section reads it with
+        # one dictionary lookup, without the type lookup of a module attribute read.
         self.flags: dict[str, object] | None = None
         self.modules_seen = 0  # how many modules were loaded when the profiler was looked for
         self.nvtx = bool(os.environ.get(NVTX_TOOL_VARIABLE))
