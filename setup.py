@@ -12,7 +12,7 @@ import os
 import sys
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 # The modules of the hot path: what `record()`, sections and `reset()` run. The rest of
@@ -32,6 +32,7 @@ COMPILED = [
         "_core/slow_laps",
         "_core/spans",
         "_core/states",
+        "_core/threadkey",
         "_core/timer",
         "_core/windows",
         "_stats/aggregator",
@@ -62,7 +63,9 @@ def _extensions() -> list[object]:
     except (Exception, SystemExit) as error:  # mypyc exits when it cannot type the core
         print(f"looptrace: mypyc failed ({error!r}); installing the pure-Python core")
         return []
-    return list(built)
+    # What the compiled core asks on every timer call, which mypyc cannot say: which thread.
+    helper = Extension("looptrace._core._threaddict", ["src/looptrace/_core/_threaddict.c"])
+    return [*built, helper]
 
 
 class OptionalBuildExt(build_ext):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import threading
 import time
 
+from looptrace._core.threadkey import thread_key
+from looptrace._stats.attributes import THREAD_ID
 from looptrace.testing import capture
 
 from .conftest import PreemptingClock, counts, totals
@@ -64,7 +66,7 @@ def test_a_timer_call_waits_while_its_state_is_claimed() -> None:
     worker = threading.Thread(target=work)
     worker.start()
     started.wait()
-    (state,) = [s for s in cap.lt._engine.states.all() if s.ident == worker.ident]
+    (state,) = [s for s in cap.lt._engine.states.all() if s.thread[THREAD_ID] == worker.ident]
     state.claim()
     try:
         proceed.set()
@@ -106,3 +108,28 @@ def test_a_thread_that_reuses_an_exited_threads_ident_starts_afresh() -> None:
     assert seen[0][0] == seen[1][0], "no ident was reused"
     assert seen[1][1] is not seen[0][1]
     assert seen[1][2] is False
+
+
+def test_a_thread_state_stops_being_the_last_found_when_its_thread_exits() -> None:
+    """The state found last is dropped inside the exiting thread, before its key can be reused.
+
+    A key is the address of the thread's state dictionary (compiled core) or its ident: both
+    can be handed to a new thread once the old one is gone.
+    """
+    cap = capture(trace_every=0)
+    engine = cap.lt._engine
+    train = cap.lt.timer("training")
+    seen: list[tuple[int, object]] = []
+
+    def work() -> None:
+        train.record("a")
+        seen.append((thread_key(), engine.states.last))
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join()
+    ((key, state),) = seen
+    assert state is not None
+    assert state.key == key
+    assert engine.states.last is None  # (the main thread made no timer call)
+    assert key != thread_key()

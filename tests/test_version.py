@@ -7,6 +7,7 @@ import importlib.metadata
 import os
 import subprocess
 import sys
+import threading
 from importlib.machinery import EXTENSION_SUFFIXES
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import looptrace
 from looptrace._cli import main
 from looptrace._core import engine
 from looptrace._core.build import core_kind
+from looptrace._core.threadkey import thread_key
 
 SRC = Path(looptrace.__file__).parent
 
@@ -50,6 +52,38 @@ def test_core_kind_is_the_core_that_runs() -> None:
     expected = os.environ.get("LOOPTRACE_EXPECT_CORE")  # .ci/run sets it for each of its runs
     if expected is not None:
         assert core_kind() == expected
+
+
+def test_the_compiled_core_tells_threads_apart_by_their_dictionary() -> None:
+    """Compiled, a thread's key is its state dictionary's address (C helper); else its ident."""
+    if core_kind() == "compiled":
+        from looptrace._core._threaddict import current
+
+        assert thread_key() == id(current())
+        assert current() is current()
+    else:
+        assert thread_key() == threading.get_ident()
+
+
+def test_a_thread_key_is_steady_in_its_thread_and_differs_between_live_threads() -> None:
+    """Every call in a thread gives its key; two threads alive at once never share one."""
+    keys: list[tuple[int, int]] = []
+    both_alive = threading.Barrier(2)
+
+    def ask() -> None:
+        first = thread_key()
+        both_alive.wait()
+        keys.append((first, thread_key()))
+
+    threads = [threading.Thread(target=ask) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(keys) == 2
+    assert all(first == again for first, again in keys)
+    assert keys[0][0] != keys[1][0]
+    assert thread_key() not in {keys[0][0], keys[1][0]}
 
 
 def test_no_module_imports_the_version_from_the_package() -> None:

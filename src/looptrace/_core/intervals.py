@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Final, cast
 from opentelemetry import trace
 from opentelemetry.context import Context
 
+from looptrace._core.threadkey import thread_key
 from looptrace._stats.aggregator import FOLD_AT
 from looptrace._stats.attributes import THREAD_ID, THREAD_NAME
 
@@ -198,7 +199,7 @@ class ThreadState:
         "claimed",
         "device",
         "fold_due",
-        "ident",
+        "key",
         "last_cut",
         "lock",
         "nodes",
@@ -214,7 +215,7 @@ class ThreadState:
         self.lock = threading.Lock()  # held by a claimer
         self.busy = False  # the owner is inside a timer call
         self.claimed = False  # a claimer works, or waits to work, on this state
-        self.ident = threading.get_ident()  # the thread it was made in
+        self.key = thread_key()  # the thread it was made in
         self.nodes: dict[Timer, NodeState] = {}
         self.tops: list[NodeState] = []  # the timers with outermost laps here, first lap first
         self.outermost = slot_list()

@@ -15,6 +15,7 @@ from typing import Any, Final
 
 from looptrace._core.intervals import ThreadState
 from looptrace._core.sentinel import ExitSentinel
+from looptrace._core.threadkey import thread_key
 
 # A constant, not a module global: read on every call, compiled it is a C static.
 _running_loop: Final = _get_running_loop
@@ -28,9 +29,9 @@ class States:
     can run inside `os.fork`, so it takes no lock.
 
     `last` is the thread state found last. A timer call checks it against its thread's
-    ident before the slower `threading.local` lookup. A thread's state stops being `last`
-    when the thread exits: its finaliser runs in the exiting thread, before the ident can
-    be reused.
+    key (`thread_key()`) before the slower `threading.local` lookup. A thread's state stops
+    being `last` when the thread exits: its finaliser runs in the exiting thread, before the
+    key can be reused.
     """
 
     def __init__(self, now: Callable[[], int]) -> None:
@@ -55,7 +56,7 @@ class States:
     def thread_state(self) -> ThreadState:
         """Return the calling thread's state, made on first use."""
         last = self.last
-        if last is not None and last.ident == threading.get_ident():
+        if last is not None and last.key == thread_key():
             return last
         try:
             state: ThreadState = self.local.state
@@ -130,7 +131,7 @@ class States:
         self.exited = deque()
         self._pid = os.getpid()
         state: ThreadState | None = getattr(self.local, "state", None)
-        self.last = state  # other threads' idents may be reused by the child's threads
+        self.last = state  # other threads' keys may be reused by the child's threads
         if state is not None:
             self._by_id[id(state)] = state
         return state

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from asyncio.events import _get_running_loop
 from collections.abc import Callable, Iterable, Iterator
-from threading import get_ident
 from typing import Final, ParamSpec, TypeVar
 
 from looptrace._core.engine import Engine
 from looptrace._core.intervals import Interval, NodeState, find
 from looptrace._core.iterate import laps
 from looptrace._core.section import Section, new_section
+from looptrace._core.threadkey import thread_key
 from looptrace._stats.aggregator import OTHER_PATH
 from looptrace._stats.errors import TimerError
 from looptrace._stats.snapshot import Snapshot
@@ -21,7 +21,6 @@ R = TypeVar("R")
 MAX_NAME_LENGTH: Final = 200  # a section name longer than this is a TimerError
 # A constant, not a module global: read on every call, compiled it is a C static.
 _running_loop: Final = _get_running_loop
-_get_ident: Final = get_ident
 
 
 class Timer:
@@ -142,7 +141,7 @@ class Timer:
             return
         if _running_loop() is None:
             state = engine.states.last
-            if state is None or state.ident != _get_ident():
+            if state is None or state.key != thread_key():
                 state = engine.states.thread_state()
         else:
             state = engine.states.task_state()
@@ -234,7 +233,7 @@ class Timer:
             return None
         if _running_loop() is None:
             state = engine.states.last
-            if state is None or state.ident != _get_ident():
+            if state is None or state.key != thread_key():
                 state = engine.states.thread_state()
         else:
             state = engine.states.task_state()
@@ -267,7 +266,7 @@ class Timer:
         engine = self._engine
         if _running_loop() is None:
             state = engine.states.last
-            if state is None or state.ident != _get_ident():
+            if state is None or state.key != thread_key():
                 state = engine.states.thread_state()
         else:
             state = engine.states.task_state()
