@@ -232,6 +232,36 @@ def test_a_thread_that_timed_before_runs_asyncio_unchanged(cap: Capture) -> None
     assert cap.lt.health().misuse == 0
 
 
+def test_a_task_leaves_its_section_after_the_loop_thread_timed_outside_any_task(
+    cap: Capture,
+) -> None:
+    """A task's exit finds its own state, though the thread's was found last in between."""
+    t = cap.lt.timer("handler")
+    loop_work = cap.lt.timer("loop")
+    clock = cap.clock
+
+    async def task() -> None:
+        with t.section("a"):
+            clock.advance(0.5)
+            asyncio.get_running_loop().call_soon(loop_work.record)  # outside any task
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
+            clock.advance(0.25)
+
+    async def main() -> None:
+        await asyncio.create_task(task())
+        await asyncio.sleep(0)  # the task's done callbacks run
+
+    asyncio.run(main())
+    with t.section("after"):  # the thread's own entry, after every task is done
+        clock.advance(2.0)
+    snap = cap.lt.reset()
+    assert counts(snap)["root.handler.a"] == 1
+    assert totals(snap)["root.handler.a"] == 0.75
+    assert totals(snap)["root.handler.after"] == 2.0
+    assert cap.lt.health().misuse == 0
+
+
 def test_a_finished_task_ends_what_it_left_running(cap: Capture) -> None:
     """Sections a task leaves running end when it is done, not in later windows."""
     t = cap.lt.timer("handler")

@@ -206,6 +206,7 @@ class ThreadState:
         "outermost",
         "record",
         "recording",
+        "tasks",
         "thread",
         "tops",
         "watched",
@@ -216,6 +217,7 @@ class ThreadState:
         self.busy = False  # the owner is inside a timer call
         self.claimed = False  # a claimer works, or waits to work, on this state
         self.key = thread_key()  # the thread it was made in
+        self.tasks = 0  # the states of this thread's asyncio tasks not done yet
         self.nodes: dict[Timer, NodeState] = {}
         self.tops: list[NodeState] = []  # the timers with outermost laps here, first lap first
         self.outermost = slot_list()

@@ -91,9 +91,16 @@ class States:
         found = self._task.get()
         if found is not None and found[0]() is task:
             return found[1]
+        home = self.thread_state()  # counts the task's state while it lives (see `_exit`)
         state = self._new()
         self._task.set((weakref.ref(task), state))
-        task.add_done_callback(lambda _task: self.ended(state))
+        home.tasks += 1
+
+        def done(_task: object) -> None:
+            home.tasks -= 1
+            self.ended(state)
+
+        task.add_done_callback(done)
         return state
 
     def _new(self) -> ThreadState:

@@ -264,12 +264,11 @@ class Timer:
     def _exit(self, child: Timer, interval: Interval | None, error: BaseException | None) -> None:
         """Leave an entry of section `child`: `interval`, or (None) the thread's latest held one."""
         engine = self._engine
-        if _running_loop() is None:
-            state = engine.states.last
-            if state is None or state.key != thread_key():
-                state = engine.states.thread_state()
-        else:
-            state = engine.states.task_state()
+        # An entry made in an asyncio task was made in the task's state, which counts in its
+        # thread's `tasks` until the task is done: with none, no loop check is needed.
+        state = engine.states.last
+        if state is None or state.key != thread_key() or state.tasks:
+            state = engine.states.state()
         was = state.busy  # (True only in a timer call made inside one, e.g. by a finaliser)
         state.busy = True  # no lock: see `ThreadState`
         if state.claimed and not was:
