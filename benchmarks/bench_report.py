@@ -129,6 +129,13 @@ def print_report(
             f"{k[: -len(' x floor')]} {v:.2f}" for k, v in reset.items() if k.endswith("x floor")
         )
     )
+    paths = extra["paths"]
+    print(
+        "per section with its share of reset(), 10 / 1000 distinct paths: "
+        f"{paths['10 paths ns/section']:.0f} / {paths['1000 paths ns/section']:.0f} ns, "
+        f"of which reset() {paths['10 paths reset() ns/section']:.0f} / "
+        f"{paths['1000 paths reset() ns/section']:.0f} ns"
+    )
     print("\ntargets:")
     for name, value in targets.items():
         print(f"  {name}: {value:.3f}")

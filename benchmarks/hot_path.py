@@ -88,7 +88,11 @@ def reset_cost(rounds: int, meter_provider: Callable[[], MeterProvider]) -> dict
 
 
 def path_count_cost(rounds: int, steps: int) -> dict[str, float]:
-    """P7: `record()` per section with 1000 distinct paths x with 10, `reset()` included."""
+    """P7: `record()` per section with 1000 distinct paths x with 10, `reset()` included.
+
+    Each sample also times its `reset()` calls alone, so that the ratio splits into what
+    recording costs with many paths and what `reset()` adds per section it closes.
+    """
     per_step = 20
     handles = {}
     for paths in (10, 1000):
@@ -101,31 +105,43 @@ def path_count_cost(rounds: int, steps: int) -> dict[str, float]:
         names = [f"s{i}" for i in range(paths)]
         handles[paths] = (lt, names)
     samples: dict[int, list[float]] = {paths: [] for paths in handles}
+    resets: dict[int, list[float]] = {paths: [] for paths in handles}
     counters = dict.fromkeys(handles, 0)
     rng = random.Random(7)
+    clock = time.perf_counter_ns
     for _ in range(rounds):
         for paths in rng.sample(list(handles), len(handles)):
             lt, names = handles[paths]
             record = lt.timer("train").record
             at = counters[paths]
-            t0 = time.perf_counter_ns()
+            in_reset = 0
+            t0 = clock()
             for step in range(steps):
                 for j in range(per_step):
                     record(names[(at + j) % paths])
                 at += per_step
                 record()
                 if step % LAPS_PER_WINDOW == LAPS_PER_WINDOW - 1:
+                    r0 = clock()
                     lt.reset()
-            samples[paths].append((time.perf_counter_ns() - t0) / (steps * (per_step + 1)))
+                    in_reset += clock() - r0
+            sections = steps * (per_step + 1)
+            samples[paths].append((clock() - t0) / sections)
+            resets[paths].append(in_reset / sections)
             counters[paths] = at
     for lt, _ in handles.values():
         lt.shutdown()
     medians = {paths: statistics.median(values) for paths, values in samples.items()}
     fastest = {paths: min(values) for paths, values in samples.items()}
+    in_resets = {paths: statistics.median(values) for paths, values in resets.items()}
     return {
         "10 paths ns/section": medians[10],
         "1000 paths ns/section": medians[1000],
         "1000 x 10 paths": medians[1000] / medians[10],
-        # Medians of this ratio moved from 1.1 to 1.7 between runs on a shared 2-core machine.
+        # Its medians move with the machine's speed and with how fragmented the heap is
+        # (README, "Performance"); the fastest rounds move less.
         "1000 x 10 paths, fastest rounds": fastest[1000] / fastest[10],
+        # The share of the per-section cost spent in reset() (medians over the samples).
+        "10 paths reset() ns/section": in_resets[10],
+        "1000 paths reset() ns/section": in_resets[1000],
     }
