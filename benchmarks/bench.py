@@ -34,6 +34,7 @@ from bench_cases import (
     app_meter_provider,
     codetiming_case,
     floor_case,
+    floor_with_case,
     looptrace_case,
     peer_case,
     raw_sdk_case,
@@ -107,6 +108,7 @@ def timed_rows(rounds: int, steps: int) -> list[dict[str, Any]]:
         sinks: Sinks = {"otlp": receiver, "stalled": stalled}
         factories: list[Callable[[], Case | None]] = [
             floor_case,
+            floor_with_case,
             codetiming_case,
             lambda: peer_case(megatron),
             lambda: peer_case(record_function),

@@ -22,6 +22,10 @@ def targets_of(rows: list[dict[str, Any]], extra: dict[str, Any]) -> dict[str, f
         "P2 traced+exported CPU x raw SDK, OTLP (<= 1.0)": by_name[
             "looptrace record(), traced, otlp"
         ]["cpu_x_raw_sdk"],
+        # No target: a looptrace `with` block against a minimal pure-Python `with` timer.
+        "section() aggregate-only x the floor's with blocks": ratio(
+            "looptrace section(), aggregate only", "floor as with blocks (20-line class)"
+        ),
         "P1 record() aggregate-only x codetiming (< 1)": ratio(
             "looptrace record(), aggregate only", "codetiming (Timer, reused)"
         ),
