@@ -12,11 +12,13 @@ import threading
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from opentelemetry.sdk.trace import TracerProvider
 
-from looptrace._stats.aggregator import FOLD_AT, KEEP_RAW, Aggregator
+import looptrace
+from looptrace._stats.aggregator import ENTRY_ITEMS, FOLD_AT, KEEP_RAW, Aggregator
 from looptrace._stats.buckets import BOUNDARIES_NS, BOUNDARIES_S
 from looptrace._stats.snapshot import SectionStats
-from looptrace.testing import capture
+from looptrace.testing import FakeClock, capture
 
 
 def _snapshot(aggregator: Aggregator) -> dict[str, dict[str, object]]:
@@ -134,7 +136,7 @@ def test_pending_measurements_merge_early_to_bound_memory() -> None:
         train.record("x")
     train.stop()
     state = cap.lt._engine.state()
-    assert max(len(node.durations) for node in state.nodes.values()) < FOLD_AT
+    assert len(state.log) < FOLD_AT * ENTRY_ITEMS
     assert cap.lt.reset()["root.t.x"].count == 20_000
 
 
@@ -179,3 +181,101 @@ def test_a_snapshot_read_from_many_threads_at_once_computes_each_path_once() -> 
         sys.setswitchinterval(interval)
     assert len({id(stats) for stats in read}) == 1
     assert (read[0].count, read[0].total) == (len(durations), sum(durations) / 1e9)
+
+
+def _unread(max_paths: int = 1000) -> tuple[looptrace.Looptrace, FakeClock]:
+    """A looptrace with no metric or file output, so nothing reads its snapshots at reset()."""
+    clock = FakeClock(start_s=0.0)
+    lt = looptrace.configure(
+        tracer_provider=TracerProvider(),
+        rank=looptrace.RankInfo(),
+        trace_every=0,
+        clock=clock,
+        max_paths=max_paths,
+    )
+    return lt, clock
+
+
+def test_reset_hands_the_threads_log_over_and_the_snapshot_groups_it_when_read() -> None:
+    """reset() takes each thread's log whole; reading the snapshot gives exact per-path stats."""
+    lt, clock = _unread()
+    train = lt.timer("t")
+    for _ in range(3):
+        train.record("a")
+        clock.advance(0.002)
+        train.record("b")
+        clock.advance(0.003)
+    train.record()
+    state = lt._engine.state()
+    assert len(state.log) == 7 * ENTRY_ITEMS  # six sections and the first lap
+    snap = lt.reset()
+    assert (state.log, lt._aggregator._paths) == ([], {})  # no work per path at the cut
+    assert {path: s.count for path, s in snap.items()} == {
+        "root.t": 1,
+        "root.t.a": 3,
+        "root.t.b": 3,
+    }
+    assert snap["root.t.a"].total == pytest.approx(0.006)
+    assert snap["root.t"].self_time == pytest.approx(0.0)
+    assert snap["root.t.b"].p50 == pytest.approx(0.003, rel=0.01)
+    lt.shutdown()
+
+
+def test_an_unread_snapshot_copied_with_cross_rank_data_counts_each_section_once() -> None:
+    """with_spreads() on a snapshot nobody read yet: the copy and the original agree."""
+    lt, clock = _unread()
+    train = lt.timer("t")
+    for _ in range(4):
+        train.record("a")
+        clock.advance(0.001)
+    train.stop()
+    snap = lt.reset()
+    copy = snap.with_spreads({})
+    assert copy["root.t.a"].count == snap["root.t.a"].count == 4
+    assert dict(copy.items()) == dict(snap.items())
+    lt.shutdown()
+
+
+def test_an_unread_snapshot_read_from_many_threads_at_once_groups_its_log_once() -> None:
+    """Threads racing to read a snapshot first all see each section counted once."""
+    lt, clock = _unread()
+    train = lt.timer("t")
+    for _ in range(KEEP_RAW + 5):
+        train.record("a")
+        clock.advance(0.001)
+    train.stop()
+    snap = lt.reset()
+    barrier = threading.Barrier(8)
+    read: list[int] = []
+
+    def reader() -> None:
+        barrier.wait()
+        read.append(len(snap))
+        read.append(snap["root.t.a"].count)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=reader) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert sorted(set(read)) == [2, KEEP_RAW + 5]
+    lt.shutdown()
+
+
+def test_sections_past_the_path_cap_are_counted_at_reset_before_anyone_reads() -> None:
+    """health().overflowed counts a window's "other" sections as reset() returns."""
+    lt, clock = _unread(max_paths=3)
+    train = lt.timer("t")
+    for i in range(10):
+        train.record(f"step{i}")
+        clock.advance(0.001)
+    train.stop()
+    snap = lt.reset()
+    assert lt.health().overflowed == 8
+    assert snap["other"].count == 8
+    lt.shutdown()

@@ -290,7 +290,7 @@ def test_a_lap_with_too_many_sections_stops_recording() -> None:
         _step(cap)
     train = cap.lt.timer("training")
     state = cap.lt._engine.state()
-    for index in range(MAX_RECORD + 3 * FOLD_AT):  # two paths: a merge every 2 x FOLD_AT
+    for index in range(MAX_RECORD + 3 * FOLD_AT):  # a merge every FOLD_AT sections
         train.record("a" if index % 2 else "b")
         kept = len(state.record) if state.record is not None else 0
         assert kept <= (MAX_RECORD + 2 * FOLD_AT) * ENTRY_ITEMS

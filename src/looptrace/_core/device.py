@@ -18,7 +18,6 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 
 from looptrace._core.spans import end_span
-from looptrace._stats.aggregator import FOLD_AT
 from looptrace._stats.attributes import DEVICE, STEP
 
 if TYPE_CHECKING:
@@ -231,13 +230,13 @@ def resolve(clock: DeviceClock, queue: DeviceQueue, *, wait: bool, make_span: An
     for segment in pending:
         duration = clock.elapsed_ns(segment.start, segment.end)
         node_state = segment.node_state
+        thread = node_state.owner  # the state whose queue this is: claimed, or its owner's
         if segment.next is not None:  # cut by a reset: window time, counted when it ends
-            node_state.carry_ns += duration
+            thread.count_cut(node_state.path, duration, segment.child_ns)
             segment.next.before_ns = segment.before_ns + duration
-            node_state.self_ns += duration - segment.child_ns
         else:
             whole = segment.before_ns + duration
-            node_state.count(whole, duration, segment.child_ns, segment.before_ns, segment.error)
+            thread.count(node_state.path, whole, duration, segment.child_ns, segment.error)
         if segment.parent is not None:
             segment.parent.child_ns += duration
     for segment in pending:  # spans after all durations: a span may map any event
@@ -331,8 +330,6 @@ class DeviceTiming:
         except Exception:
             queue.pending = []
             self._incidents.failed("device time")
-        if any(len(node.durations) >= FOLD_AT for node in state.nodes.values()):
-            state.fold_due = True
 
     def _span(self, queue: DeviceQueue, segment: Segment) -> None:
         """Make the span of a finished device interval, timestamps mapped via the anchor."""

@@ -420,9 +420,7 @@ def _count_ended(
     An interval cut by a reset is counted here whole; its earlier part is in a total already.
     """
     start = interval.start
-    earlier = interval.seg_start - start
-    if interval.state.count(now - start, duration, interval.child_ns, earlier, error is not None):
-        state.fold_due = True
+    state.count(interval.state.path, now - start, duration, interval.child_ns, error is not None)
     record = state.record
     if record is not None:  # a slow-lap record runs in this thread: one flat entry
         record.append(interval.node)

@@ -10,7 +10,7 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 
 from looptrace._core.threadkey import thread_key
-from looptrace._stats.aggregator import FOLD_AT
+from looptrace._stats.aggregator import ENTRY_ITEMS, FOLD_AT, Adjustment
 from looptrace._stats.attributes import THREAD_ID, THREAD_NAME
 
 if TYPE_CHECKING:
@@ -21,60 +21,35 @@ if TYPE_CHECKING:
 
 
 class NodeState:
-    """One timer in one thread: its running intervals, laps, and measurements not yet merged."""
+    """One timer in one thread: its running intervals and laps.
+
+    What its intervals measure goes to its thread's log (`ThreadState.log`).
+    """
 
     __slots__ = (
-        "carry_ns",
-        "durations",
         "entry",
-        "errors",
         "lap_times",
         "lapped",
         "laps",
         "owner",
         "path",
-        "self_ns",
         "spare",
         "stack",
     )
 
-    def __init__(self, path: str, owner: ThreadState | None = None) -> None:
+    def __init__(self, path: str, owner: ThreadState) -> None:
         self.path = path
-        self.owner = owner  # the thread state holding this one (None: a span processor's)
+        self.owner = owner  # the thread state holding this one
         self.stack = slot_list()  # its running intervals, outermost first
         # The latest entry of `with section:` / `start()` to end on exit; earlier ones below it
         # (`Interval.below`): a stack with no list to grow and shrink.
         self.entry: Interval | None = None
         self.laps = 0
         self.lapped = False  # started or lapped by record(): its laps are the user's steps
-        self.durations: list[int] = []
-        self.self_ns = 0
-        self.errors = 0
-        # Total time not in `durations`: + the part before a cut of a running interval,
-        # - the earlier parts of a cut interval that ended (counted whole in `durations`).
-        self.carry_ns = 0
         self.lap_times: LapTimes | None = None  # recent laps, to find slow ones (outermost)
         # An ended, untraced interval that nothing holds any more (a section entry left, or
         # the step of a never-lapped timer): its next interval reuses the object.
         self.spare: Interval | None = None
-
-    def count(
-        self, whole_ns: int, last_ns: int, child_ns: int, earlier_ns: int, error: bool
-    ) -> bool:
-        """Count one ended interval; return whether `FOLD_AT` measurements wait to be merged.
-
-        The fold every producer of durations shares (timers, device events, other spans):
-        `whole_ns` is the interval's whole duration, `last_ns` its part in this window (after
-        any reset cut), `child_ns` its children's time in that part, and `earlier_ns` the part
-        earlier windows' totals hold already (see `carry_ns`).
-        """
-        durations = self.durations
-        durations.append(whole_ns)
-        self.carry_ns -= earlier_ns
-        self.self_ns += last_ns - child_ns
-        if error:
-            self.errors += 1
-        return len(durations) >= FOLD_AT
 
     def next_lap(self) -> int:
         """Count an outermost lap that starts; return its number (the first is 0).
@@ -83,7 +58,7 @@ class NodeState:
         """
         step = self.laps
         self.laps = step + 1
-        if not step and self.owner is not None:
+        if not step:
             self.owner.tops.append(self)
         return step
 
@@ -99,19 +74,6 @@ class NodeState:
             self.entry = interval.below
             interval.below = None
         return interval
-
-    def merge_into(self, aggregator: Aggregator) -> None:
-        """Hand the pending measurements to the window and start collecting anew.
-
-        The caller holds the aggregator's lock and, for a thread's timer, claims its state (or
-        is its owner, outside any timer call).
-        """
-        aggregator.merge(self.path, self.durations, self.self_ns, self.errors, self.carry_ns)
-        self.drop()
-
-    def drop(self) -> None:
-        """Forget the pending measurements."""
-        self.durations, self.self_ns, self.errors, self.carry_ns = [], 0, 0, 0
 
 
 class Interval:
@@ -195,6 +157,7 @@ class ThreadState:
     """
 
     __slots__ = (
+        "adjustments",
         "busy",
         "claimed",
         "device",
@@ -202,6 +165,7 @@ class ThreadState:
         "key",
         "last_cut",
         "lock",
+        "log",
         "nodes",
         "outermost",
         "record",
@@ -221,7 +185,12 @@ class ThreadState:
         self.nodes: dict[Timer, NodeState] = {}
         self.tops: list[NodeState] = []  # the timers with outermost laps here, first lap first
         self.outermost = slot_list()
-        self.fold_due = False  # some node holds FOLD_AT measurements: merge after the call
+        # What its intervals measured in the window, not merged yet: `ENTRY_ITEMS` per ended
+        # interval, flat, in the order they ended; and the rare adjustments (`Adjustment`).
+        # One list, whatever the number of paths, which `reset()` hands over whole.
+        self.log: list[object] = []
+        self.adjustments: list[Adjustment] = []
+        self.fold_due = False  # the log holds FOLD_AT intervals: merge after the call
         self.last_cut = 0  # the instant of the latest `reset()` cut of this thread
         self.device: DeviceQueue | None = None  # device segments waiting for their events
         # Slow laps: the outermost laps judged when they end, those of them untraced, and
@@ -277,22 +246,54 @@ class ThreadState:
         timer.mine = state
         return state
 
+    def count(self, path: str, whole_ns: int, last_ns: int, child_ns: int, error: bool) -> None:
+        """Log one ended interval of `path`; set `fold_due` once `FOLD_AT` wait to be merged.
+
+        `whole_ns` is the interval's whole duration, `last_ns` its part in this window (after
+        any reset cut, whose earlier part earlier windows' totals hold already), and
+        `child_ns` its children's time in that part.
+        """
+        log = self.log
+        earlier_ns = whole_ns - last_ns
+        log.append(path)
+        log.append(whole_ns)
+        log.append(earlier_ns + child_ns)  # what is not its self time: 0 for a plain leaf
+        if earlier_ns or error:
+            self.adjustments.append((path, -earlier_ns, 0, 1 if error else 0))
+        if len(log) >= FOLD_AT * ENTRY_ITEMS:
+            self.fold_due = True
+
+    def count_cut(self, path: str, part_ns: int, child_ns: int) -> None:
+        """Log the part before a reset cut of a running interval (window time, no duration)."""
+        self.adjustments.append((path, part_ns, part_ns - child_ns, 0))
+
     def merge_all(self, aggregator: Aggregator) -> None:
-        """Merge every timer's pending measurements.
+        """Group the log into the window now (bounding memory), and start a new one.
 
         The caller holds the aggregator's lock, and either claims this state or is its owner
         outside any timer call.
         """
         self.fold_due = False
-        for node in self.nodes.values():
-            if node.durations or node.carry_ns or node.self_ns:  # anything to merge
-                node.merge_into(aggregator)
+        log, adjustments = self.log, self.adjustments
+        if log or adjustments:
+            self.log, self.adjustments = [], []
+            aggregator.fold_log(log, adjustments)
+
+    def hand_over(self, aggregator: Aggregator) -> None:
+        """Hand the log to the window whole, to be grouped when it is read; start a new one.
+
+        The caller holds the aggregator's lock and claims this state.
+        """
+        self.fold_due = False
+        log, adjustments = self.log, self.adjustments
+        if log or adjustments:
+            self.log, self.adjustments = [], []
+            aggregator.take(log, adjustments)
 
     def drop_all(self) -> None:
-        """Forget every timer's pending measurements (a forked child's copy of them)."""
+        """Forget the log (a forked child's copy of it)."""
         self.fold_due = False
-        for node in self.nodes.values():
-            node.drop()
+        self.log, self.adjustments = [], []
 
 
 def slot_list() -> list[Interval]:

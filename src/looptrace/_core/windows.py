@@ -48,7 +48,7 @@ class Windows:
         return max(done, default=None)
 
     def merge_pending(self, state: ThreadState) -> None:
-        """Merge a thread's pending measurements into the window (bounds memory)."""
+        """Group a thread's log into the window now that it is full (bounds memory)."""
         aggregator = self.engine.aggregator
         with aggregator.lock:  # its owner, outside a timer call: no claimer can be at work
             state.merge_all(aggregator)
@@ -112,14 +112,14 @@ class Windows:
                 state.unclaim()
 
     def _drain(self, state: ThreadState) -> None:
-        """Wait for the thread's device events and merge all it measured; the state is claimed.
+        """Wait for the thread's device events and hand over all it measured; it is claimed.
 
-        Merging takes a path's durations over as they are (sorted only every `KEEP_RAW` of
-        them): a timer call of the thread waits for a few dictionary operations per path.
+        The thread's log goes to the window whole, grouped by path when the snapshot is read:
+        a timer call of the thread waits for no work per path.
         """
         if state.device is not None:
             self.engine.device.resolve(state, wait=True)
-        state.merge_all(self.engine.aggregator)
+        state.hand_over(self.engine.aggregator)
 
     def after_fork_in_child(self) -> None:
         """Keep only the forking thread's state, unclaimed, with nothing counted yet."""
@@ -156,9 +156,7 @@ class Windows:
         duration = now - interval.seg_start
         if duration > 0:
             if interval.device is None:
-                node_state = interval.state
-                node_state.carry_ns += duration
-                node_state.self_ns += duration - interval.child_ns
+                state.count_cut(interval.state.path, duration, interval.child_ns)
             else:
                 self.engine.device.cut(state, interval)
             if interval.parent is not None:

@@ -8,8 +8,7 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import StatusCode
 
-from looptrace._core.intervals import NodeState
-from looptrace._stats.aggregator import Aggregator
+from looptrace._stats.aggregator import ENTRY_ITEMS, FOLD_AT, Adjustment, Aggregator
 from looptrace._stats.attributes import PATH
 from looptrace._stats.health import Incidents
 
@@ -29,7 +28,9 @@ class AggregatingSpanProcessor(SpanProcessor):
         self._aggregator = aggregator
         self._incidents = incidents
         self._child_ns: dict[int, int] = {}
-        self._pending: dict[str, NodeState] = {}
+        # Spans ended since the last merge, as the timers log theirs (`ThreadState.log`).
+        self._log: list[object] = []
+        self._adjustments: list[Adjustment] = []
         self._lock = threading.Lock()
         self.enabled = True
 
@@ -58,11 +59,11 @@ class AggregatingSpanProcessor(SpanProcessor):
                     self._child_ns[parent.span_id] = (
                         self._child_ns.get(parent.span_id, 0) + duration
                     )
-                pending = self._pending.get(path)
-                if pending is None:
-                    pending = self._pending[path] = NodeState(path)
-                error = span.status.status_code is StatusCode.ERROR
-                full = pending.count(duration, duration, children, 0, error)
+                log = self._log
+                log.extend((path, duration, children))
+                if span.status.status_code is StatusCode.ERROR:
+                    self._adjustments.append((path, 0, 0, 1))
+                full = len(log) >= FOLD_AT * ENTRY_ITEMS
             if full:
                 with self._aggregator.lock:
                     self.merge_pending()
@@ -72,16 +73,15 @@ class AggregatingSpanProcessor(SpanProcessor):
     def merge_pending(self) -> None:
         """Merge the spans folded so far into the window; the caller holds its lock."""
         with self._lock:
-            for state in self._pending.values():
-                if state.durations:
-                    state.merge_into(self._aggregator)
-            self._pending.clear()
+            log, adjustments = self._log, self._adjustments
+            self._log, self._adjustments = [], []
+        self._aggregator.fold_log(log, adjustments)
 
     def after_fork_in_child(self) -> None:
         """Start empty with a fresh lock: another thread may have held it at fork."""
         self._lock = threading.Lock()
         self._child_ns = {}
-        self._pending = {}
+        self._log, self._adjustments = [], []
 
     def shutdown(self) -> None:
         """Stop aggregating; the aggregator belongs to looptrace and outlives the provider."""

@@ -6,16 +6,23 @@ import logging
 import math
 import threading
 from bisect import bisect_left, bisect_right
-from typing import Final
+from collections.abc import Callable
+from typing import Final, cast
 
 from looptrace._stats.buckets import BOUNDARIES_NS
 from looptrace._stats.sketch import QuantileSketch
-from looptrace._stats.snapshot import SectionStats, Snapshot
+from looptrace._stats.snapshot import SectionStats, Snapshot, StatsSource
 
 _log = logging.getLogger("looptrace")
 
 OTHER_PATH: Final = "other"
 FOLD_AT: Final = 4096  # durations a producer holds before it merges them, bounding memory
+# A producer's log of ended intervals, flat: path, whole duration, and the part of it that is
+# not the interval's own time in the window (its children's, and what earlier windows hold).
+ENTRY_ITEMS: Final = 3
+# Window time counted apart from the log's entries, rare (an interval cut by a reset, an
+# error): path, window time not in any duration (`carry_ns`), self time, errors.
+Adjustment = tuple[str, int, int, int]
 _NO_BUCKETS: Final = (0,) * (len(BOUNDARIES_NS) + 1)
 KEEP_RAW: Final = 1024  # durations a path keeps unsorted in the aggregator before it folds them
 
@@ -71,6 +78,12 @@ class _PathAggregate:
             raw.extend(durations)
         if len(raw) >= KEEP_RAW:
             self.fold()
+
+    def adjust(self, carry_ns: int, self_ns: int, errors: int) -> None:
+        """Add window time that no duration holds, self time and errors."""
+        self.carry_ns += carry_ns
+        self.self_ns += self_ns
+        self.errors += errors
 
     def fold(self) -> None:
         """Fold the kept durations: exact sums, one bisect per bucket they fill."""
@@ -156,10 +169,12 @@ class _PathAggregate:
 class Aggregator:
     """The statistics of the current window, per path.
 
-    Producers (the timers of each thread, the span processor) keep raw durations of their own
-    and merge them here in batches, holding `lock`, which is also held across a whole
-    `reset()` so that a window closes at one instant. Distinct paths are capped: past
-    `max_paths`, new paths are counted under `"other"` and one warning is logged.
+    Producers (the timers of each thread, the span processor) log what they measure in
+    lists of their own and hand them over here, holding `lock`, which is also held across a
+    whole `reset()` so that a window closes at one instant: grouped by path every `FOLD_AT`
+    intervals (bounding memory), or taken whole at the cut and grouped when the snapshot is
+    read. Distinct paths are capped: past `max_paths`, new paths are counted under `"other"`
+    and one warning is logged.
     """
 
     def __init__(self, *, max_paths: int = 1000) -> None:
@@ -169,6 +184,8 @@ class Aggregator:
         self.overflowed = 0
         self.lock = threading.Lock()
         self._paths: dict[str, _PathAggregate] = {}
+        # Timers' logs handed over at the cut as they are, grouped when the snapshot is read.
+        self._logs: list[tuple[list[object], list[Adjustment]]] = []
         self._known: set[str] = set()
         self._known_lock = threading.Lock()  # not `lock`: timers are made under it too
         self._warned = False
@@ -195,6 +212,33 @@ class Aggregator:
         agg.carry_ns += carry_ns
         agg.add(durations, self_ns, errors)
 
+    def fold_log(self, log: list[object], adjustments: list[Adjustment]) -> None:
+        """Group a producer's log (`ENTRY_ITEMS` per interval) by path into the window.
+
+        The caller holds `lock`. Paths new to the window are admitted here: past the cap
+        they count under `"other"`.
+        """
+        paths = self._paths
+        other = paths.get(OTHER_PATH)
+        before = 0 if other is None else other.count
+        group(paths, log, adjustments, self._admit)
+        other = paths.get(OTHER_PATH)
+        if other is not None:
+            self.overflowed += other.count - before
+
+    def take(self, log: list[object], adjustments: list[Adjustment]) -> None:
+        """Add a thread's log to the window as it is; the caller holds `lock`.
+
+        Its paths are timers', admitted when the timers were made. It is grouped by path
+        when the window's snapshot is first read: a `reset()` that closes a window of many
+        paths does no work per path.
+        """
+        if not log and not adjustments:
+            return
+        self._logs.append((log, adjustments))
+        if self._warned:  # a timer past the cap logs its intervals as "other"
+            self.overflowed += log[::ENTRY_ITEMS].count(OTHER_PATH)
+
     def snapshot(
         self,
         *,
@@ -209,9 +253,13 @@ class Aggregator:
         With `subtree` (a timer's path) only the paths of that timer and its descendants are
         taken; the other paths' windows go on.
         """
+        logs, self._logs = self._logs, []
         if subtree is None:
             paths, self._paths = self._paths, {}
         else:
+            for log, adjustments in logs:
+                group(self._paths, log, adjustments, _as_is)
+            logs = []
             below = f"{subtree}."
             taken = [p for p in self._paths if p == subtree or p.startswith(below)]
             paths = {p: self._paths.pop(p) for p in taken}
@@ -222,6 +270,7 @@ class Aggregator:
             rank=rank,
             step=step,
             subtree=subtree or "root",
+            more=_Grouping(logs) if logs else None,
         )
 
     def after_fork_in_child(self) -> None:
@@ -229,6 +278,7 @@ class Aggregator:
         self.lock = threading.Lock()
         self._known_lock = threading.Lock()
         self._paths = {}
+        self._logs = []
 
     def admit(self, path: str) -> str:
         """Return `path` if it is or can be kept apart, else `"other"`.
@@ -254,3 +304,62 @@ class Aggregator:
                 OTHER_PATH,
             )
         return OTHER_PATH
+
+
+def group(
+    paths: dict[str, _PathAggregate],
+    log: list[object],
+    adjustments: list[Adjustment],
+    admit: Callable[[str], str],
+) -> None:
+    """Add a log's intervals and adjustments to `paths`, by path.
+
+    `admit` names the path a path new to `paths` is counted under.
+    """
+    found: dict[str, _PathAggregate] = {}  # by the logged path (admitted once per call)
+    for i in range(0, len(log), ENTRY_ITEMS):
+        path = cast("str", log[i])
+        agg = found.get(path)
+        if agg is None:
+            agg = found[path] = _aggregate(paths, admit(path))
+        whole = cast("int", log[i + 1])
+        raw = agg.raw
+        if raw is None:
+            agg.raw = raw = []
+        raw.append(whole)
+        agg.count += 1
+        agg.self_ns += whole - cast("int", log[i + 2])
+        if len(raw) >= KEEP_RAW:
+            agg.fold()
+    for path, carry_ns, self_ns, errors in adjustments:
+        agg = found.get(path)
+        if agg is None:
+            agg = found[path] = _aggregate(paths, admit(path))
+        agg.adjust(carry_ns, self_ns, errors)
+
+
+def _aggregate(paths: dict[str, _PathAggregate], path: str) -> _PathAggregate:
+    """Return the aggregate of `path` in `paths`, made if new."""
+    agg = paths.get(path)
+    if agg is None:
+        agg = paths[path] = _PathAggregate()
+    return agg
+
+
+def _as_is(path: str) -> str:
+    """Admit a path as it is (a timer's, admitted when the timer was made)."""
+    return path
+
+
+class _Grouping:
+    """Groups the logs a window was handed, when its snapshot is first read."""
+
+    def __init__(self, logs: list[tuple[list[object], list[Adjustment]]]) -> None:
+        self.logs = logs
+
+    def __call__(self, stats: dict[str, SectionStats | StatsSource]) -> None:
+        # Called before anything is read: every value is still a `_PathAggregate`.
+        paths = cast("dict[str, _PathAggregate]", stats)
+        for log, adjustments in self.logs:
+            group(paths, log, adjustments, _as_is)
+        self.logs = []

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import math
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from types import MappingProxyType
 from typing import Any, Protocol
@@ -69,6 +69,7 @@ class Snapshot(Mapping[str, SectionStats]):
 
     __slots__ = (
         "_lock",
+        "_more",
         "_sorted",
         "_stats",
         "across_ranks",
@@ -91,11 +92,14 @@ class Snapshot(Mapping[str, SectionStats]):
         across_ranks: Mapping[str, SectionSpread] | None = None,
         step: int | None = None,
         subtree: str = "root",
+        more: Callable[[dict[str, SectionStats | StatsSource]], None] | None = None,
     ) -> None:
-        # `reset()` hands over its aggregates as they are: a path's statistics are computed
-        # when first read, and the paths sorted when first iterated, off the training loop's
-        # clock when nobody reads them there.
+        # `reset()` hands over what it measured as it is: `more` adds to `stats` in place (the
+        # timers' logs, grouped by path) before anything is read, a path's statistics are
+        # computed when first read, and the paths sorted when first iterated, off the training
+        # loop's clock when nobody reads them there.
         self._stats: dict[str, SectionStats | StatsSource] = dict(stats)
+        self._more = more
         self._sorted = False
         self._lock = threading.Lock()  # a path's statistics are computed by one thread, once
         self.subtree = subtree
@@ -107,7 +111,17 @@ class Snapshot(Mapping[str, SectionStats]):
             None if across_ranks is None else MappingProxyType(dict(sorted(across_ranks.items())))
         )
 
+    def _ready(self) -> None:
+        """Add what `reset()` handed over ungrouped, once, before anything is read."""
+        if self._more is not None:
+            with self._lock:
+                more = self._more
+                if more is not None:
+                    more(self._stats)
+                    self._more = None
+
     def __getitem__(self, path: str) -> SectionStats:
+        self._ready()
         value = self._stats[path]
         if isinstance(value, SectionStats):
             return value
@@ -118,9 +132,11 @@ class Snapshot(Mapping[str, SectionStats]):
         return value
 
     def __contains__(self, path: object) -> bool:
+        self._ready()
         return path in self._stats
 
     def __iter__(self) -> Iterator[str]:
+        self._ready()
         if not self._sorted:
             with self._lock:
                 self._stats = dict(sorted(self._stats.items()))
@@ -128,6 +144,7 @@ class Snapshot(Mapping[str, SectionStats]):
         return iter(self._stats)
 
     def __len__(self) -> int:
+        self._ready()
         return len(self._stats)
 
     def __repr__(self) -> str:
@@ -184,6 +201,7 @@ class Snapshot(Mapping[str, SectionStats]):
 
     def with_spreads(self, across_ranks: Mapping[str, SectionSpread]) -> Snapshot:
         """Return a copy of this snapshot that carries cross-rank data."""
+        self._ready()  # the copy shares the statistics
         reduced = copy.copy(self)
         reduced.across_ranks = MappingProxyType(dict(sorted(across_ranks.items())))
         return reduced
