@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from opentelemetry.sdk.trace import TracerProvider
 
 import looptrace
-from looptrace._stats.aggregator import ENTRY_ITEMS, FOLD_AT, KEEP_RAW, Aggregator
+from looptrace._stats.aggregator import ENTRY_ITEMS, FOLD_AT, KEEP_RAW, MAX_UNGROUPED, Aggregator
 from looptrace._stats.buckets import BOUNDARIES_NS, BOUNDARIES_S
 from looptrace._stats.snapshot import SectionStats
 from looptrace.testing import FakeClock, capture
@@ -184,7 +184,7 @@ def test_a_snapshot_read_from_many_threads_at_once_computes_each_path_once() -> 
 
 
 def _unread(max_paths: int = 1000) -> tuple[looptrace.Looptrace, FakeClock]:
-    """A looptrace with no metric or file output, so nothing reads its snapshots at reset()."""
+    """Return a looptrace with no metric or file output: nothing reads its snapshots."""
     clock = FakeClock(start_s=0.0)
     lt = looptrace.configure(
         tracer_provider=TracerProvider(),
@@ -278,4 +278,25 @@ def test_sections_past_the_path_cap_are_counted_at_reset_before_anyone_reads() -
     snap = lt.reset()
     assert lt.health().overflowed == 8
     assert snap["other"].count == 8
+    lt.shutdown()
+
+
+def test_logs_of_threads_that_exit_between_resets_are_grouped_to_bound_memory() -> None:
+    """Threads that come and go leave a bounded ungrouped log; every section still counts."""
+    lt, clock = _unread()
+    train = lt.timer("t")
+
+    def work() -> None:
+        for _ in range(1_000):
+            train.record("a")
+            clock.advance(0.001)
+        train.stop()
+
+    for _ in range(50):  # each new thread's first call closes the ones that exited before it
+        thread = threading.Thread(target=work)
+        thread.start()
+        thread.join()
+    aggregator = lt._aggregator
+    assert sum(len(log) for log, _ in aggregator._logs) <= MAX_UNGROUPED + FOLD_AT * ENTRY_ITEMS
+    assert lt.reset()["root.t.a"].count == 50_000
     lt.shutdown()

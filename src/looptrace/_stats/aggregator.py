@@ -25,6 +25,9 @@ ENTRY_ITEMS: Final = 3
 Adjustment = tuple[str, int, int, int]
 _NO_BUCKETS: Final = (0,) * (len(BOUNDARIES_NS) + 1)
 KEEP_RAW: Final = 1024  # durations a path keeps unsorted in the aggregator before it folds them
+# Items of logs a window keeps ungrouped (the logs of exited threads, until the next reset):
+# past it, they are grouped by path, which bounds memory when threads come and go.
+MAX_UNGROUPED: Final = 4 * FOLD_AT * ENTRY_ITEMS
 
 
 class _PathAggregate:
@@ -186,6 +189,7 @@ class Aggregator:
         self._paths: dict[str, _PathAggregate] = {}
         # Timers' logs handed over at the cut as they are, grouped when the snapshot is read.
         self._logs: list[tuple[list[object], list[Adjustment]]] = []
+        self._ungrouped = 0  # items in `_logs`
         self._known: set[str] = set()
         self._known_lock = threading.Lock()  # not `lock`: timers are made under it too
         self._warned = False
@@ -235,7 +239,10 @@ class Aggregator:
         """
         if not log and not adjustments:
             return
+        if self._ungrouped >= MAX_UNGROUPED:
+            self._group_logs()
         self._logs.append((log, adjustments))
+        self._ungrouped += len(log) + len(adjustments)
         if self._warned:  # a timer past the cap logs its intervals as "other"
             self.overflowed += log[::ENTRY_ITEMS].count(OTHER_PATH)
 
@@ -253,12 +260,11 @@ class Aggregator:
         With `subtree` (a timer's path) only the paths of that timer and its descendants are
         taken; the other paths' windows go on.
         """
-        logs, self._logs = self._logs, []
         if subtree is None:
+            logs, self._logs, self._ungrouped = self._logs, [], 0
             paths, self._paths = self._paths, {}
         else:
-            for log, adjustments in logs:
-                group(self._paths, log, adjustments, _as_is)
+            self._group_logs()
             logs = []
             below = f"{subtree}."
             taken = [p for p in self._paths if p == subtree or p.startswith(below)]
@@ -273,12 +279,18 @@ class Aggregator:
             more=_Grouping(logs) if logs else None,
         )
 
+    def _group_logs(self) -> None:
+        """Group the logs handed over so far into the window's per-path statistics."""
+        for log, adjustments in self._logs:
+            group(self._paths, log, adjustments, _as_is)
+        self._logs, self._ungrouped = [], 0
+
     def after_fork_in_child(self) -> None:
         """Start empty with a fresh lock: a forked child counts only its own sections."""
         self.lock = threading.Lock()
         self._known_lock = threading.Lock()
         self._paths = {}
-        self._logs = []
+        self._logs, self._ungrouped = [], 0
 
     def admit(self, path: str) -> str:
         """Return `path` if it is or can be kept apart, else `"other"`.
