@@ -8,6 +8,7 @@ import math
 import statistics
 import sys
 import threading
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given, settings
@@ -155,6 +156,23 @@ def test_nan_statistics_are_left_out_of_metrics() -> None:
     assert all(not math.isnan(v) for v in flat.values())
 
 
+_READERS = 8
+
+
+def _race(reader: Callable[[], None]) -> None:
+    """Run `reader` in `_READERS` threads at once, switching threads as often as can be."""
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=reader) for _ in range(_READERS)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+
+
 def test_a_snapshot_read_from_many_threads_at_once_computes_each_path_once() -> None:
     """Statistics computed on first read are the same whichever threads race to read them."""
     durations = [1_000 + (i * 7919) % 100_000 for i in range(KEEP_RAW - 1)]  # kept unfolded
@@ -162,23 +180,14 @@ def test_a_snapshot_read_from_many_threads_at_once_computes_each_path_once() -> 
     with aggregator.lock:
         aggregator.merge("a", list(durations), 0, 0)
         snapshot = aggregator.snapshot(start_ns=0, end_ns=1, rank=0)
-    barrier = threading.Barrier(8)
+    barrier = threading.Barrier(_READERS)
     read: list[SectionStats] = []
 
     def reader() -> None:
         barrier.wait()
         read.append(snapshot["a"])
 
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter can
-    try:
-        threads = [threading.Thread(target=reader) for _ in range(8)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-    finally:
-        sys.setswitchinterval(interval)
+    _race(reader)
     assert len({id(stats) for stats in read}) == 1
     assert (read[0].count, read[0].total) == (len(durations), sum(durations) / 1e9)
 
@@ -245,7 +254,7 @@ def test_an_unread_snapshot_read_from_many_threads_at_once_groups_its_log_once()
         clock.advance(0.001)
     train.stop()
     snap = lt.reset()
-    barrier = threading.Barrier(8)
+    barrier = threading.Barrier(_READERS)
     read: list[int] = []
 
     def reader() -> None:
@@ -253,16 +262,7 @@ def test_an_unread_snapshot_read_from_many_threads_at_once_groups_its_log_once()
         read.append(len(snap))
         read.append(snap["root.t.a"].count)
 
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
-        threads = [threading.Thread(target=reader) for _ in range(8)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-    finally:
-        sys.setswitchinterval(interval)
+    _race(reader)
     assert sorted(set(read)) == [2, KEEP_RAW + 5]
     lt.shutdown()
 

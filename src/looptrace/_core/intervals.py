@@ -273,27 +273,25 @@ class ThreadState:
         The caller holds the aggregator's lock, and either claims this state or is its owner
         outside any timer call.
         """
-        self.fold_due = False
-        log, adjustments = self.log, self.adjustments
-        if log or adjustments:
-            self.log, self.adjustments = [], []
-            aggregator.fold_log(log, adjustments)
+        aggregator.fold_log(*self._take_log())
 
     def hand_over(self, aggregator: Aggregator) -> None:
         """Hand the log to the window whole, to be grouped when it is read; start a new one.
 
         The caller holds the aggregator's lock and claims this state.
         """
-        self.fold_due = False
-        log, adjustments = self.log, self.adjustments
-        if log or adjustments:
-            self.log, self.adjustments = [], []
-            aggregator.take(log, adjustments)
+        aggregator.take(*self._take_log())
 
     def drop_all(self) -> None:
         """Forget the log (a forked child's copy of it)."""
+        self._take_log()
+
+    def _take_log(self) -> tuple[list[object], list[Adjustment]]:
+        """Return the log and its adjustments, and start new ones."""
         self.fold_due = False
+        log, adjustments = self.log, self.adjustments
         self.log, self.adjustments = [], []
+        return log, adjustments
 
 
 def slot_list() -> list[Interval]:

@@ -199,18 +199,14 @@ class Aggregator:
     ) -> None:
         """Add one producer's batch for `path`, taking `durations` over; the caller holds `lock`.
 
-        `carry_ns` is window time not in `durations` (see `NodeState.carry_ns`).
+        `carry_ns` is window time not in `durations` (see `Adjustment`).
         """
         if not durations and not carry_ns and not self_ns:
             return
-        paths = self._paths
-        agg = paths.get(path)
+        agg = self._paths.get(path)
         if agg is None:
-            if path not in self._known:  # (a timer's path is admitted when the timer is made)
-                path = self._admit(path)
-                agg = paths.get(path)
-            if agg is None:
-                agg = paths[path] = _PathAggregate()
+            path = self._admit(path)
+            agg = _aggregate(self._paths, path)
         if path == OTHER_PATH:
             self.overflowed += len(durations)
         agg.carry_ns += carry_ns
@@ -281,8 +277,7 @@ class Aggregator:
 
     def _group_logs(self) -> None:
         """Group the logs handed over so far into the window's per-path statistics."""
-        for log, adjustments in self._logs:
-            group(self._paths, log, adjustments, _as_is)
+        _group_all(self._paths, self._logs)
         self._logs, self._ungrouped = [], 0
 
     def after_fork_in_child(self) -> None:
@@ -358,6 +353,14 @@ def _aggregate(paths: dict[str, _PathAggregate], path: str) -> _PathAggregate:
     return agg
 
 
+def _group_all(
+    paths: dict[str, _PathAggregate], logs: list[tuple[list[object], list[Adjustment]]]
+) -> None:
+    """Group timers' logs (paths admitted when the timers were made) into `paths`."""
+    for log, adjustments in logs:
+        group(paths, log, adjustments, _as_is)
+
+
 def _as_is(path: str) -> str:
     """Admit a path as it is (a timer's, admitted when the timer was made)."""
     return path
@@ -371,7 +374,5 @@ class _Grouping:
 
     def __call__(self, stats: dict[str, SectionStats | StatsSource]) -> None:
         # Called before anything is read: every value is still a `_PathAggregate`.
-        paths = cast("dict[str, _PathAggregate]", stats)
-        for log, adjustments in self.logs:
-            group(paths, log, adjustments, _as_is)
+        _group_all(cast("dict[str, _PathAggregate]", stats), self.logs)
         self.logs = []
