@@ -218,7 +218,8 @@ def test_reset_hands_the_threads_log_over_and_the_snapshot_groups_it_when_read()
     state = lt._engine.state()
     assert len(state.log) == 7 * ENTRY_ITEMS  # six sections and the first lap
     snap = lt.reset()
-    assert (state.log, lt._aggregator._paths) == ([], {})  # no work per path at the cut
+    assert (state.log, lt._aggregator._paths) == ([], {})
+    assert snap._stats == {}  # no work per path at the cut: nothing grouped until read
     assert {path: s.count for path, s in snap.items()} == {
         "root.t": 1,
         "root.t.a": 3,
