@@ -230,6 +230,26 @@ def test_an_untraced_section_that_raises_counts_its_error(cap: Capture) -> None:
     assert snap["root.training.step"].total == 1.0
 
 
+def test_a_section_entered_again_in_place_forgets_its_last_childrens_time(cap: Capture) -> None:
+    """Untraced, a loop's section restarts its last interval in place, without its children's time."""
+    lt = capture(trace_every=0, clock=cap.clock).lt
+    train = lt.timer("training")
+    forward = train.section("forward")
+    encoder = train.timer("forward").section("encoder")
+    for nested in (True, False, False):
+        train.record()
+        with forward:
+            cap.clock.advance(1.0)
+            if nested:
+                with encoder:
+                    cap.clock.advance(2.0)
+    train.stop()
+    snap = lt.reset()
+    stats = snap["root.training.forward"]
+    assert (stats.count, stats.total, stats.self_time) == (3, 5.0, 3.0)
+    assert (stats.min, stats.max) == (1.0, 3.0)
+
+
 def test_a_with_block_binds_no_method_of_its_section(cap: Capture) -> None:
     """`with` finds a section's __enter__/__exit__ bound already, and gets the section back."""
     train = cap.lt.timer("training")

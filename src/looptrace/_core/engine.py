@@ -196,7 +196,7 @@ class Engine:
         duration = now - interval.seg_start
         node_state = interval.state
         if interval.device is None:
-            _count_ended(state, interval, now, duration, error)
+            count_ended(state, interval, now, duration, error)
         else:
             self.device.close(state, interval, error)
         parent = interval.parent
@@ -248,7 +248,7 @@ class Engine:
         if interval.children:
             self._end_children(state, interval, now)
         duration = now - interval.seg_start
-        _count_ended(state, interval, now, duration, None)
+        count_ended(state, interval, now, duration, None)
         slow = self.slow
         if parent is None:
             if state.watched and slow is not None:
@@ -294,7 +294,7 @@ class Engine:
         if stack[-1] is not sibling:
             return False
         duration = now - sibling.seg_start
-        _count_ended(state, sibling, now, duration, None)
+        count_ended(state, sibling, now, duration, None)
         current.child_ns += duration
         if target is not ended:  # (lapping the same section leaves its stack as it is)
             if len(stack) == 1:
@@ -310,33 +310,6 @@ class Engine:
         sibling.child_ns = 0
         return True
 
-    def enter_spare(
-        self, state: ThreadState, owner: Timer, node_state: NodeState, now: int
-    ) -> Interval | None:
-        """Start a section entry in place, or return None (changing nothing) for the general path.
-
-        The common entry of a loop: `owner` runs untraced with no section running, and the
-        section's last interval is spare (`NodeState.spare`). That object restarts as the
-        child of the owner's innermost interval. The result is the same as `run_owner_for()`
-        followed by `start()`.
-        """
-        spare = node_state.spare
-        if spare is None:
-            return None
-        mine = find(state, owner)
-        if mine is None or not mine.stack:
-            return None
-        current = mine.stack[-1]
-        if current.children or current.span is not None or current.device is not None:
-            return None
-        node_state.spare = None
-        spare.restart(current, now, current.step, None)
-        current.children.append(spare)
-        node_state.stack.append(spare)
-        if _ranges.active():
-            _ranges.begin(spare)
-        return spare
-
     def leave(
         self,
         state: ThreadState,
@@ -349,35 +322,16 @@ class Engine:
         """End a section entry's running `interval` at `now`, and the step it alone made.
 
         `held`: nothing else keeps the object (a `with` entry; a decorator keeps its token), so
-        an untraced one stays its timer's spare (`NodeState.spare`) for the next entry. The
-        common exit of a loop, an untraced leaf that is its timer's innermost interval inside
-        a lapped one, ends in place: the result is the same as `end()`.
+        an untraced one stays its timer's spare (`NodeState.spare`) for the next entry. (A
+        loop's `with` blocks end in place: `SectionEntry`.)
         """
         parent = interval.parent
-        stack = interval.state.stack
-        if (
-            held
-            and parent is not None
-            and not parent.implicit
-            and not interval.children
-            and interval.span is None
-            and interval.device is None
-            and not _ranges.OPEN
-            and stack[-1] is interval
-        ):
-            duration = now - interval.seg_start
-            _count_ended(state, interval, now, duration, error)
-            discard(parent.children, interval)
-            parent.child_ns += duration
-            stack.pop()
-            _reuse(interval)
-            return
         self.end(state, interval, now, error)
         if parent is not None and parent.implicit and not parent.children:
             self.end(state, parent, now)  # a step of a never-lapped timer
-            _reuse(parent)
+            reuse(parent)
         if held:
-            _reuse(interval)
+            reuse(interval)
 
     def run_owner_for(
         self, state: ThreadState, owner: Timer, child: Timer, now: int, entry: bool = False
@@ -406,13 +360,13 @@ class Engine:
         return current
 
 
-def _reuse(interval: Interval) -> None:
+def reuse(interval: Interval) -> None:
     """Keep an ended interval that nothing holds for its timer's next one, if untraced."""
     if interval.span is None and interval.device is None and not interval.node.device:
         interval.state.spare = interval
 
 
-def _count_ended(
+def count_ended(
     state: ThreadState, interval: Interval, now: int, duration: int, error: BaseException | None
 ) -> None:
     """Count a host interval that ended at `now`, its last segment `duration` long.

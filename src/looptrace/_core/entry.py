@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from asyncio.events import _get_running_loop
+from typing import TYPE_CHECKING, Final
+
+from looptrace._core import ranges as _ranges
+from looptrace._core.engine import count_ended, reuse
+from looptrace._core.threadkey import thread_key
 
 if TYPE_CHECKING:
+    from looptrace._core.intervals import ThreadState
     from looptrace._core.timer import Timer
+
+_running_loop: Final = _get_running_loop
 
 
 class SectionEntry:
@@ -15,6 +23,11 @@ class SectionEntry:
     reference's form of `with`, `type(m).__enter__(m)` and `type(m).__exit__(m, exc_type,
     exc, traceback)`, which mypyc-compiled code uses, passes the section first: both forms
     are accepted.
+
+    The entry of a loop's section, from the thread that ran last, inside a running untraced
+    owner, takes no other call: the section's spare interval restarts in place, and its exit
+    ends it in place. Anything else goes the general way (`Timer._enter`, `Timer._exit`), with
+    the same result.
     """
 
     __slots__ = ("owner", "section", "timer")
@@ -29,8 +42,54 @@ class SectionEntry:
 
         Called as `enter()` or `enter(section)`.
         """
-        self.owner._enter(self.timer, hold=True)
+        owner = self.owner
+        engine = owner._engine
+        state = engine.states.last
+        if (
+            state is not None
+            and not state.busy
+            and state.key == thread_key()
+            and _running_loop() is None
+            and not engine.closed
+        ):
+            state.busy = True  # no lock: see `ThreadState`
+            try:
+                if not state.claimed and self._enter_spare(state):
+                    return self.section
+            finally:
+                state.busy = False
+        owner._enter(self.timer, hold=True)
         return self.section
+
+    def _enter_spare(self, state: ThreadState) -> bool:
+        """Restart the section's spare interval as the child of the owner's running one.
+
+        The common entry of a loop: the owner runs untraced with no section running, and
+        the section's last interval is spare (`NodeState.spare`). False (changing nothing)
+        for anything else. The result is that of `run_owner_for()` and `start()`.
+        """
+        node = self.timer.mine
+        mine = self.owner.mine
+        if node is None or mine is None or node.owner is not state or mine.owner is not state:
+            return False
+        spare = node.spare
+        stack = mine.stack
+        if spare is None or not stack or node.stack or _ranges.active():
+            return False
+        current = stack[-1]
+        if current.children or current.span is not None or current.device is not None:
+            return False
+        now = self.owner._engine.now()
+        node.spare = None
+        spare.parent = current
+        spare.start = spare.seg_start = now
+        spare.child_ns = 0
+        spare.step = current.step
+        spare.held = True
+        current.children.append(spare)
+        node.stack.append(spare)
+        node.push_entry(spare)
+        return True
 
     def exit(self, first: object, second: object, third: object, fourth: object = None) -> None:
         """Leave the section entered last by the calling thread or task, failed by an error.
@@ -39,6 +98,60 @@ class SectionEntry:
         """
         error = third if first is self.section else second
         if error is None:  # (isinstance() of None looks up its __class__: kept off this path)
+            engine = self.owner._engine
+            state = engine.states.last
+            if (
+                state is not None
+                and not state.busy
+                and state.key == thread_key()
+                and not state.tasks  # (an entry made in a task was made in the task's state)
+                and not engine.closed
+            ):
+                state.busy = True  # no lock: see `ThreadState`
+                try:
+                    left = not state.claimed and self._leave_in_place(state)
+                finally:
+                    state.busy = False
+                if left:
+                    if state.fold_due:
+                        engine.windows.merge_pending(state)
+                    return
             self.owner._exit(self.timer, None, None)
         else:
             self.owner._exit(self.timer, None, error if isinstance(error, BaseException) else None)
+
+    def _leave_in_place(self, state: ThreadState) -> bool:
+        """End the section's latest entry, an untraced leaf inside the owner's interval.
+
+        The common exit of a loop; False (changing nothing) for anything else. The result
+        is that of `Engine.end()`, and the interval stays spare for the next entry.
+        """
+        node = self.timer.mine
+        if node is None or node.owner is not state:
+            return False
+        interval = node.entry
+        stack = node.stack
+        if interval is None or not stack or stack[-1] is not interval:
+            return False
+        parent = interval.parent
+        if (
+            parent is None
+            or parent.implicit
+            or interval.children
+            or interval.span is not None
+            or interval.device is not None
+            or _ranges.OPEN
+        ):
+            return False
+        siblings = parent.children
+        if not siblings or siblings[-1] is not interval:
+            return False
+        now = self.owner._engine.now()
+        node.pop_entry()
+        duration = now - interval.seg_start
+        count_ended(state, interval, now, duration, None)
+        siblings.pop()
+        parent.child_ns += duration
+        stack.pop()
+        reuse(interval)
+        return True

@@ -36,11 +36,11 @@ class Section:
 
     def start(self) -> None:
         """Enter the section (like `record(name)` on its timer)."""
-        self._owner._enter(self.timer, hold=True)
+        self._entry.enter()
 
     def stop(self) -> None:
         """Leave the section entered last by this thread."""
-        self._owner._exit(self.timer, None, None)
+        self._entry.exit(None, None, None)
 
     # What `with` calls are the class's own (see `new_section`); these serve explicit calls.
     def __enter__(self) -> Section:

@@ -248,12 +248,8 @@ class Timer:
             if running is not None and running.stack:  # recursion: nest in its latest one
                 interval = engine.start(state, child, now, running.stack[-1], running)
             else:
-                interval = (
-                    None if running is None else engine.enter_spare(state, self, running, now)
-                )
-                if interval is None:
-                    current = engine.run_owner_for(state, self, child, now, True)
-                    interval = engine.start(state, child, now, current, running)
+                current = engine.run_owner_for(state, self, child, now, True)
+                interval = engine.start(state, child, now, current, running)
             interval.held = True
             if hold:
                 interval.state.push_entry(interval)
