@@ -231,7 +231,7 @@ def test_an_untraced_section_that_raises_counts_its_error(cap: Capture) -> None:
 
 
 def test_a_section_entered_again_in_place_forgets_its_last_childrens_time(cap: Capture) -> None:
-    """Untraced, a loop's section restarts its last interval in place, without its children's time."""
+    """Untraced, a loop's section restarts its interval in place, without its children's time."""
     lt = capture(trace_every=0, clock=cap.clock).lt
     train = lt.timer("training")
     forward = train.section("forward")
