@@ -250,6 +250,25 @@ def test_a_section_entered_again_in_place_forgets_its_last_childrens_time(cap: C
     assert (stats.min, stats.max) == (1.0, 3.0)
 
 
+def test_a_timer_that_ran_as_its_own_step_enters_later_as_a_plain_section(cap: Capture) -> None:
+    """An interval kept from a step of a never-lapped timer is no step when reused in place."""
+    lt = capture(trace_every=0, clock=cap.clock).lt
+    train = lt.timer("training")
+    forward = train.timer("forward")
+    with forward.section("encoder"):  # training stopped: forward's interval is its own step
+        cap.clock.advance(1.0)
+    train.record()
+    with train.section("forward"):
+        with forward.section("encoder"):
+            cap.clock.advance(2.0)
+        cap.clock.advance(1.0)
+    train.stop()
+    snap = lt.reset()
+    assert (snap["root.training.forward"].count, snap["root.training.forward"].total) == (2, 4.0)
+    assert snap["root.training"].total == 3.0
+    assert lt.health().misuse == 0
+
+
 def test_a_with_block_binds_no_method_of_its_section(cap: Capture) -> None:
     """`with` finds a section's __enter__/__exit__ bound already, and gets the section back."""
     train = cap.lt.timer("training")

@@ -79,12 +79,8 @@ class SectionEntry:
         current = stack[-1]
         if current.children or current.span is not None or current.device is not None:
             return False
-        now = self.owner._engine.now()
         node.spare = None
-        spare.parent = current
-        spare.start = spare.seg_start = now
-        spare.child_ns = 0
-        spare.step = current.step
+        spare.restart(current, self.owner._engine.now(), current.step, None)
         spare.held = True
         current.children.append(spare)
         node.stack.append(spare)
