@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Final
 
 from looptrace._core import ranges as _ranges
 from looptrace._core.engine import count_ended, reuse
+from looptrace._core.intervals import discard
 from looptrace._core.threadkey import thread_key
 
 if TYPE_CHECKING:
@@ -139,14 +140,11 @@ class SectionEntry:
             or _ranges.OPEN
         ):
             return False
-        siblings = parent.children
-        if not siblings or siblings[-1] is not interval:
-            return False
         now = self.owner._engine.now()
         node.pop_entry()
         duration = now - interval.seg_start
         count_ended(state, interval, now, duration, None)
-        siblings.pop()
+        discard(parent.children, interval)
         parent.child_ns += duration
         stack.pop()
         reuse(interval)
