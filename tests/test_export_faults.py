@@ -499,3 +499,56 @@ def test_a_metrics_push_in_flight_at_close_fails_without_an_internal_error(
     assert pusher.wait(ticket, 5)
     assert (incidents.failed_metric_pushes, incidents.internal_errors) == (1, 0)
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def test_a_push_given_up_on_at_shutdown_is_counted_once(caplog: pytest.LogCaptureFixture) -> None:
+    """A push in flight at the bound counts as failed then; its late outcome is not counted."""
+    incidents = Incidents()
+    exporter = _ClosedUnderMetrics()
+    pusher = MetricPusher(exporter, lambda: MetricsData(resource_metrics=[]), incidents, 5.0)
+    ticket = pusher.request()
+    assert exporter.channel.calling.wait(5)
+    assert not pusher.wait(ticket, 0.01)
+    pusher.give_up(ticket)
+    assert incidents.failed_metric_pushes == 1  # at once: the process may exit right here
+    pusher.close()  # the export in flight fails under it, already counted
+    assert pusher.wait(ticket, 5)
+    pusher.give_up(ticket)
+    assert (incidents.failed_metric_pushes, incidents.internal_errors) == (1, 0)
+    assert [r.getMessage() for r in caplog.records if r.name == "looptrace"] == [
+        METRICS_LOST.removeprefix("WARNING:looptrace:")
+    ]
+
+
+def test_a_delivered_push_is_not_given_up_on() -> None:
+    """give_up() after the push for its ticket was delivered counts nothing."""
+    incidents = Incidents()
+    exporter = _ClosedUnderMetrics()
+    exporter.channel.closed.set()  # the channel raises at once
+    pusher = MetricPusher(exporter, lambda: None, incidents, 5.0)  # nothing to send: delivered
+    ticket = pusher.request()
+    assert pusher.wait(ticket, 5)
+    pusher.give_up(ticket)
+    pusher.close()
+    assert incidents.failed_metric_pushes == 0
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_push_a_stalled_collector_holds_past_shutdown_is_counted_by_shutdown(
+    protocol: str,
+) -> None:
+    """shutdown() returns at its bound with the undelivered push already counted and logged."""
+    stalled = StalledServer()
+    try:
+        clock = FakeClock()
+        lt = looptrace.configure(
+            clock=clock, otlp_endpoint=stalled.endpoint, otlp_protocol=protocol, otlp_timeout=0.5
+        )
+        train = lt.timer("train")
+        train.record("data")
+        train.record()
+        train.stop()
+        lt.shutdown()  # its reset() starts a push that stalls, and it asks for one more
+        assert lt.health().failed_metric_pushes >= 1
+    finally:
+        stalled.close()

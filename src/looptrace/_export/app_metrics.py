@@ -128,7 +128,7 @@ class ReaderHooks:
         self._flushes.wait(self._flushes.request(), FLUSH_TIMEOUT_S)
         self._flushes.close()
 
-    def _flush_now(self) -> None:
+    def _flush_now(self, _ticket: int) -> None:
         try:
             if self._provider is not None:
                 self._provider.force_flush()

@@ -10,10 +10,11 @@ class Coalesced:
     """Runs `work` on a daemon thread each time it is requested, off the caller's thread.
 
     Requests made while a run is in progress coalesce into one more run, so a slow `work`
-    (a stalled collector) delays later runs but never queues them up. `work` must not raise.
+    (a stalled collector) delays later runs but never queues them up. `work` is called with
+    the last ticket its run answers (every earlier one too) and must not raise.
     """
 
-    def __init__(self, work: Callable[[], object], name: str) -> None:
+    def __init__(self, work: Callable[[int], object], name: str) -> None:
         self._work = work
         self._name = name
         self._cond = threading.Condition()
@@ -59,7 +60,7 @@ class Coalesced:
                 if self._requested <= self._done:
                     return
                 ticket = self._requested
-            self._work()
+            self._work(ticket)
             with self._cond:
                 self._done = ticket
                 self._cond.notify_all()

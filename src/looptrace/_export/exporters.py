@@ -191,12 +191,16 @@ class ExportPipeline:
             if self.processor is not None:
                 self.processor.shutdown()
             if pusher is not None:
-                pusher.wait(ticket, max(0.0, deadline - time.monotonic()))
+                if not pusher.wait(ticket, max(0.0, deadline - time.monotonic())):
+                    pusher.give_up(ticket)
                 pusher.close()
 
         finished = bounded(close_all, limit, self.incidents, "export shutdown")
-        if not finished and self.processor is not None:
-            self.processor.counting.settle(self.processor.accepted)
+        if not finished:  # the process may exit under what is still in flight: count it lost
+            if self.processor is not None:
+                self.processor.counting.settle(self.processor.accepted)
+            if pusher is not None:
+                pusher.give_up(ticket)
 
     def after_fork_in_child(self) -> None:
         """Stop metrics in a forked child; its spans still go (the SDK restarts its worker)."""

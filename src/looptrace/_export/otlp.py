@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -88,7 +89,8 @@ class MetricPusher:
     """Pushes the latest cumulative metrics over OTLP from a daemon thread of its own.
 
     Requests coalesce: the thread always sends the totals as they are when it gets to them,
-    so a stalled collector delays pushes but never queues them up.
+    so a stalled collector delays pushes but never queues them up. Each push is counted in
+    `Incidents` at most once: failed when its export fails, or when it is given up on first.
     """
 
     def __init__(
@@ -103,6 +105,8 @@ class MetricPusher:
         self._incidents = incidents
         self._timeout_ms = timeout_s * 1e3
         self._pushes = Coalesced(self._push, "looptrace-metrics")
+        self._lock = threading.Lock()
+        self._settled = 0  # every ticket up to this one has its outcome counted
 
     def request(self) -> int:
         """Ask for a push of the current totals; return a ticket for `wait()`."""
@@ -111,6 +115,18 @@ class MetricPusher:
     def wait(self, ticket: int, timeout_s: float) -> bool:
         """Wait until the push for `ticket` is done (delivered or failed), at most `timeout_s`."""
         return self._pushes.wait(ticket, timeout_s)
+
+    def give_up(self, ticket: int) -> None:
+        """Count the push for `ticket` as failed now unless its outcome is already counted.
+
+        At shutdown's bound the process may exit under a push still in flight; its totals
+        were not delivered, and that push's own outcome, if it comes, is not counted again.
+        """
+        with self._lock:
+            if self._settled >= ticket:
+                return
+            self._settled = ticket
+        self._incidents.push_failed()
 
     def close(self) -> None:
         """Stop the thread after the pending push and shut the exporter down."""
@@ -122,17 +138,25 @@ class MetricPusher:
 
     def after_fork_in_child(self) -> None:
         """Push nothing from a forked child: its series would overwrite the parent's totals."""
+        self._lock = threading.Lock()
+        self._settled = 0
         self._pushes.after_fork_in_child(closed=True)
 
-    def _push(self) -> None:
+    def _push(self, ticket: int) -> None:
         try:
             data = self._build()
-            if data is None:
-                return
-            result = self._exporter.export(data, timeout_millis=self._timeout_ms)
+            result = (
+                MetricExportResult.SUCCESS  # nothing recorded yet: nothing to deliver
+                if data is None
+                else self._exporter.export(data, timeout_millis=self._timeout_ms)
+            )
         except Exception:
             if not self._pushes.closed:  # raised when close() shut the exporter down under it
                 self._incidents.failed("OTLP metric export")
             result = MetricExportResult.FAILURE
+        with self._lock:
+            if self._settled >= ticket:  # given up on at shutdown: counted then
+                return
+            self._settled = ticket
         if result is not MetricExportResult.SUCCESS:
             self._incidents.push_failed()
