@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from looptrace._stats.sketch import RELATIVE_ACCURACY, QuantileSketch
+from looptrace._stats.sketch import _LAST, RELATIVE_ACCURACY, QuantileSketch
 
 
 def _exact(values: list[int], q: float) -> float:
@@ -56,3 +56,18 @@ def test_nearest_rank_on_few_values() -> None:
     sketch.add_sorted([35_000_000, 67_000_000])
     assert sketch.quantile(0.5) == pytest.approx(35_000_000, rel=RELATIVE_ACCURACY)
     assert sketch.quantile(0.99) == pytest.approx(67_000_000, rel=RELATIVE_ACCURACY)
+
+
+def test_sorted_batches_fill_the_bins_one_add_per_value_fills() -> None:
+    """add_sorted() of runs, bucket edges and the top bucket matches add() value by value."""
+    edges = [v + d for v in _LAST for d in (-1, 0, 1) if v + d >= 0]
+    rng = random.Random(4)
+    spread = [int(10 ** rng.uniform(0, 13.5)) for _ in range(20_000)]
+    runs = [rng.choice([1_000, 5_000_000, 5_000_001]) for _ in range(3_000)]
+    values = sorted(edges + spread + runs)
+    one_by_one, batched = QuantileSketch(), QuantileSketch()
+    for value in values:
+        one_by_one.add(value)
+    batched.add_sorted(values)
+    assert batched.bins == one_by_one.bins
+    assert batched.count == one_by_one.count == len(values)
