@@ -86,6 +86,41 @@ def test_bucket_counts_of_any_batches_match_one_duration_at_a_time(
     assert list(aggregator.snapshot(start_ns=0, end_ns=1, rank=0)["a"].buckets) == expected
 
 
+def test_a_window_of_fewer_durations_than_are_kept_unfolded_has_exact_quantiles() -> None:
+    """Under KEEP_RAW durations in a window: p50/p90/p99 are the nearest-rank values, exactly."""
+    aggregator = Aggregator()
+    durations = [ms * 1_000_000 + 123 for ms in range(100, 0, -1)]  # 1..100 ms, unsorted
+    aggregator.merge("a", durations[:40], 0, 0)
+    aggregator.merge("a", durations[40:], 0, 0)
+    stats = aggregator.snapshot(start_ns=0, end_ns=1, rank=0)["a"]
+    assert (stats.p50, stats.p90, stats.p99) == (0.050000123, 0.090000123, 0.099000123)
+    assert (stats.min, stats.max, stats.count) == (0.001000123, 0.100000123, 100)
+
+
+def test_a_window_of_more_durations_than_are_kept_unfolded_reads_the_sketch() -> None:
+    """Past KEEP_RAW durations the quantiles come from the sketch, within 1 % of the exact."""
+    aggregator = Aggregator()
+    durations = [(i % 1000 + 1) * 1_000_003 for i in range(3 * KEEP_RAW)]
+    aggregator.merge("a", durations, 0, 0)
+    stats = aggregator.snapshot(start_ns=0, end_ns=1, rank=0)["a"]
+    ordered = sorted(durations)
+    for q, value in ((0.5, stats.p50), (0.9, stats.p90), (0.99, stats.p99)):
+        exact = ordered[math.ceil(q * len(ordered)) - 1] / 1e9
+        assert value != exact
+        assert value == pytest.approx(exact, rel=0.01)
+
+
+def test_a_paths_statistics_read_twice_are_the_same() -> None:
+    """Computing a path's statistics changes nothing a second computation would see."""
+    aggregator = Aggregator()
+    aggregator.merge("a", [30, 10, 20], 5, 1)
+    aggregator.merge("b", [7] * (KEEP_RAW + 5), 0, 0)
+    with aggregator.lock:
+        paths = aggregator._paths
+        for agg in paths.values():
+            assert agg.stats() == agg.stats()
+
+
 def test_boundaries_are_log_spaced_seconds_from_1us_to_1000s() -> None:
     """The explicit boundaries are seconds, five per decade (1, 1.6, 2.5, 4, 6.3), 1 µs-1000 s."""
     assert (BOUNDARIES_S[:6], BOUNDARIES_S[-1], len(BOUNDARIES_S)) == (

@@ -78,10 +78,10 @@ def test_snapshot_files_merge_windows(
         [
             "snapshot files: 4 windows, 2 ranks (0, 1), closed at steps 2-4",
             "",
-            "section        count     mean    p50      p99   total  % parent    self  rank min  rank max  slowest",  # noqa: E501
-            "root.training      8  77.5 ms  70 ms   125 ms  620 ms              0 ns     75 ms     80 ms        1",  # noqa: E501
-            "  forward          8    45 ms  40 ms    50 ms  360 ms      58.1  360 ms     40 ms     50 ms        0",  # noqa: E501
-            "  data             8  32.5 ms  25 ms  84.4 ms  260 ms      41.9  260 ms     25 ms     40 ms        1",  # noqa: E501
+            "section        count     mean    p50     p99   total  % parent    self  rank min  rank max  slowest",  # noqa: E501
+            "root.training      8  77.5 ms  70 ms  125 ms  620 ms              0 ns     75 ms     80 ms        1",  # noqa: E501
+            "  forward          8    45 ms  40 ms   50 ms  360 ms      58.1  360 ms     40 ms     50 ms        0",  # noqa: E501
+            "  data             8  32.5 ms  25 ms   85 ms  260 ms      41.9  260 ms     25 ms     40 ms        1",  # noqa: E501
             "",
             RANK_NOTE,
             "p50 and p99 of several windows are estimated from each window's min, p50, p90, p99 "
