@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 from looptrace._offline.reader import InputError, Window
 from looptrace._offline.table import format_seconds, render_table
 from looptrace._stats.buckets import BOUNDARIES_S
+from looptrace._stats.sketch import nearest_rank
 from looptrace._stats.snapshot import SectionStats
 
 if TYPE_CHECKING:
@@ -238,10 +239,10 @@ def _from_spans(spans: Sequence[SpanRecord], children_ns: Mapping[str, int]) -> 
 def _quantile(ordered: Sequence[float], q: float) -> float:
     """Return the q-quantile of sorted values as snapshots define it: by nearest rank.
 
-    The ceil(q * n)-th smallest value, as `QuantileSketch` does (without its 1 % error), so a
-    summary of span files agrees with the snapshots of the same run.
+    The ceil(q * n)-th smallest value, as a snapshot's exact quantiles are (its sketch's
+    within 1 %), so a summary of span files agrees with the snapshots of the same run.
     """
-    return ordered[max(math.ceil(q * len(ordered)) - 1, 0)]
+    return ordered[nearest_rank(q, len(ordered))]
 
 
 def merge_windows(windows: Sequence[Window]) -> dict[str, SectionStats]:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Final, cast
 
 from looptrace._stats.buckets import BOUNDARIES_NS
-from looptrace._stats.sketch import QuantileSketch
+from looptrace._stats.sketch import QuantileSketch, nearest_rank
 from looptrace._stats.snapshot import SectionStats, Snapshot, StatsSource
 
 _log = logging.getLogger("looptrace")
@@ -124,8 +124,8 @@ class _PathAggregate:
             total, squares = _sums(raw)
             counts = [0] * (len(BOUNDARIES_NS) + 1)
             _fill_buckets(counts, raw)
-            p50, p90, p99 = [raw[_rank(q, n)] / 1e9 for q in (0.5, 0.9, 0.99)]
-            return self._stats(
+            p50, p90, p99 = [raw[nearest_rank(q, n)] / 1e9 for q in (0.5, 0.9, 0.99)]
+            return self._section_stats(
                 n=n,
                 total_ns=total,
                 squares=squares,
@@ -156,7 +156,7 @@ class _PathAggregate:
             min(max(value, self.min), self.max) / 1e9
             for value in sketch.quantiles((0.5, 0.9, 0.99))
         )
-        return self._stats(
+        return self._section_stats(
             n=self.count,
             total_ns=self.sum,
             squares=self.sumsq,
@@ -166,7 +166,7 @@ class _PathAggregate:
             buckets=buckets,
         )
 
-    def _stats(
+    def _section_stats(
         self,
         *,
         n: int,
@@ -220,11 +220,6 @@ def _fill_buckets(buckets: list[int], durations: list[int]) -> None:
         buckets[i] += upto - below
         below = upto
     buckets[last] += n - below
-
-
-def _rank(q: float, n: int) -> int:
-    """Return the index of the q-quantile among `n` sorted values: the nearest rank."""
-    return max(math.ceil(q * n) - 1, 0)
 
 
 class Aggregator:

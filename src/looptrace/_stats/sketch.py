@@ -11,7 +11,7 @@ _INV_LOG_GAMMA: Final = 1 / math.log(_GAMMA)
 # Values are integer nanoseconds, so indices run from 0 (1 ns) to ~1,400 (1,000 s): memory per
 # sketch is bounded by the range of durations, never by how many were added.
 _MAX_INDEX: Final = math.ceil(math.log(1e13) * _INV_LOG_GAMMA)
-# The last integer of each bucket, computed once: `reset()` needs one per bucket it fills.
+# The last integer of each bucket, computed once: a fold needs one per bucket it fills.
 _LAST: Final = [math.floor(_GAMMA**index) for index in range(_MAX_INDEX + 1)]
 # The value each bucket reports, 1 % from both of its ends.
 _VALUE: Final = [2 * _GAMMA**index / (_GAMMA + 1) for index in range(_MAX_INDEX + 1)]
@@ -66,7 +66,7 @@ class QuantileSketch:
         """Return the `qs`-quantiles (ascending) in nanoseconds: one pass over sorted buckets."""
         if self.count == 0:
             return [math.nan for _ in qs]
-        ranks = [max(math.ceil(q * self.count) - 1, 0) for q in qs]
+        ranks = [nearest_rank(q, self.count) for q in qs]
         found: list[float] = []
         seen = 0
         bins = self.bins
@@ -77,6 +77,11 @@ class QuantileSketch:
             if len(found) == len(ranks):
                 return found
         raise AssertionError("unreachable: every rank is below count")
+
+
+def nearest_rank(q: float, n: int) -> int:
+    """Return the index of the q-quantile among `n` sorted values: the ceil(q * n)-th."""
+    return max(math.ceil(q * n) - 1, 0)
 
 
 def bucket_of(value_ns: int) -> int:
