@@ -2,10 +2,11 @@
 
 Snapshots are windows (each `reset()` starts from zero); exporters want cumulative series, so
 Prometheus counters only ever grow and a lost OTLP push loses nothing (the next carries the
-totals). Beside the totals each path keeps the exact p50/p90/p99 of the latest window it ran
-in, and per bucket the latest traced span that fell in it (an exemplar). The OTLP push, the
-Prometheus endpoint and an application's metric readers all read this one object; a reader
-that prefers delta temporality gets a `DeltaCursor` of its own.
+totals). Beside the totals each path keeps the p50/p90/p99 of the latest window it ran in
+(its snapshot's: exact up to 1,023 intervals, within 1 % beyond), and per bucket the latest
+traced span that fell in it (an exemplar). The OTLP push, the Prometheus endpoint and an
+application's metric readers all read this one object; a reader that prefers delta
+temporality gets a `DeltaCursor` of its own.
 """
 
 from __future__ import annotations
