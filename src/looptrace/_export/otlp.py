@@ -122,11 +122,8 @@ class MetricPusher:
         At shutdown's bound the process may exit under a push still in flight; its totals
         were not delivered, and that push's own outcome, if it comes, is not counted again.
         """
-        with self._lock:
-            if self._settled >= ticket:
-                return
-            self._settled = ticket
-        self._incidents.push_failed()
+        if self._settle(ticket):
+            self._incidents.push_failed()
 
     def close(self) -> None:
         """Stop the thread after the pending push and shut the exporter down."""
@@ -154,9 +151,14 @@ class MetricPusher:
             if not self._pushes.closed:  # raised when close() shut the exporter down under it
                 self._incidents.failed("OTLP metric export")
             result = MetricExportResult.FAILURE
-        with self._lock:
-            if self._settled >= ticket:  # given up on at shutdown: counted then
-                return
-            self._settled = ticket
-        if result is not MetricExportResult.SUCCESS:
+        # Not counted again when given up on at shutdown, which counted it then.
+        if self._settle(ticket) and result is not MetricExportResult.SUCCESS:
             self._incidents.push_failed()
+
+    def _settle(self, ticket: int) -> bool:
+        """Mark the pushes up to `ticket` counted; False when they already were."""
+        with self._lock:
+            if self._settled >= ticket:
+                return False
+            self._settled = ticket
+            return True

@@ -23,6 +23,7 @@ ENTRY_ITEMS: Final = 3
 # Window time counted apart from the log's entries, rare (an interval cut by a reset, an
 # error): path, window time not in any duration (`carry_ns`), self time, errors.
 Adjustment = tuple[str, int, int, int]
+_QUANTILES: Final = (0.5, 0.9, 0.99)  # what `SectionStats` holds: p50, p90, p99
 _NO_BUCKETS: Final = (0,) * (len(BOUNDARIES_NS) + 1)
 KEEP_RAW: Final = 1024  # durations a path keeps unsorted in the aggregator before it folds them
 # Items of logs a window keeps ungrouped (the logs of exited threads, until the next reset):
@@ -124,14 +125,13 @@ class _PathAggregate:
             total, squares = _sums(raw)
             counts = [0] * (len(BOUNDARIES_NS) + 1)
             _fill_buckets(counts, raw)
-            p50, p90, p99 = [raw[nearest_rank(q, n)] / 1e9 for q in (0.5, 0.9, 0.99)]
             return self._section_stats(
                 n=n,
                 total_ns=total,
                 squares=squares,
                 low=raw[0],
                 high=raw[-1],
-                quantiles=(p50, p90, p99),
+                quantiles_ns=[raw[nearest_rank(q, n)] for q in _QUANTILES],
                 buckets=counts,
             )
         self.fold()
@@ -152,17 +152,13 @@ class _PathAggregate:
                 errors=self.errors,
                 buckets=_NO_BUCKETS,
             )
-        p50, p90, p99 = (
-            min(max(value, self.min), self.max) / 1e9
-            for value in sketch.quantiles((0.5, 0.9, 0.99))
-        )
         return self._section_stats(
             n=self.count,
             total_ns=self.sum,
             squares=self.sumsq,
             low=self.min,
             high=self.max,
-            quantiles=(p50, p90, p99),
+            quantiles_ns=[min(max(v, self.min), self.max) for v in sketch.quantiles(_QUANTILES)],
             buckets=buckets,
         )
 
@@ -174,12 +170,12 @@ class _PathAggregate:
         squares: int,
         low: float,
         high: float,
-        quantiles: tuple[float, float, float],
+        quantiles_ns: list[float],
         buckets: list[int],
     ) -> SectionStats:
-        """Return the statistics of `n` durations with these sums, ends, quantiles (s)."""
+        """Return the statistics of `n` durations with these sums, ends and `_QUANTILES`."""
         variance = (n * squares - total_ns * total_ns) / (n * n)  # exact integers
-        p50, p90, p99 = quantiles
+        p50, p90, p99 = quantiles_ns
         return SectionStats(
             count=n,
             total=(total_ns + self.carry_ns) / 1e9,
@@ -187,9 +183,9 @@ class _PathAggregate:
             min=low / 1e9,
             max=high / 1e9,
             std=math.sqrt(max(variance, 0.0)) / 1e9,
-            p50=p50,
-            p90=p90,
-            p99=p99,
+            p50=p50 / 1e9,
+            p90=p90 / 1e9,
+            p99=p99 / 1e9,
             self_time=self.self_ns / 1e9,
             errors=self.errors,
             buckets=tuple(buckets),
