@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 from setuptools import Extension, setup
@@ -41,6 +42,11 @@ COMPILED = [
         "_stats/sketch",
     )
 ]
+# Code generation for a shared library whose functions no other library replaces: without these,
+# every call between two compiled functions goes through the library's procedure linkage table
+# (an indirect jump, and no inlining), and the hot path's code spreads over more instruction-cache
+# lines. Used where the C compiler accepts them (GCC, Clang).
+DIRECT_CALLS = ["-fno-semantic-interposition", "-fno-plt"]
 # Commands that build a wheel or install one; metadata and editable builds compile nothing.
 BUILDS = {"bdist_wheel", "build", "build_ext", "install"}
 
@@ -76,6 +82,26 @@ class OptionalBuildExt(build_ext):
             super().run()
         except Exception as error:  # no compiler, missing headers: the .py modules still work
             self._fall_back(error)
+
+    def build_extensions(self) -> None:
+        """Compile every extension, with the `DIRECT_CALLS` flags where the compiler takes them."""
+        flags = self._accepted(DIRECT_CALLS)
+        for extension in self.extensions:
+            extension.extra_compile_args = [*extension.extra_compile_args, *flags]
+        super().build_extensions()
+
+    def _accepted(self, flags: list[str]) -> list[str]:
+        """Return `flags` if the C compiler compiles a file with them, else none of them."""
+        if self.compiler.compiler_type != "unix":
+            return []
+        with tempfile.TemporaryDirectory() as folder:
+            probe = Path(folder, "probe.c")
+            probe.write_text("int looptrace_probe(void) { return 0; }\n")
+            try:
+                self.compiler.compile([str(probe)], output_dir=folder, extra_postargs=flags)
+            except Exception:  # CompileError, or a compiler that is missing altogether
+                return []
+        return flags
 
     def _fall_back(self, error: Exception) -> None:
         print(f"looptrace: compiling the core failed ({error}); installing the pure-Python core")
