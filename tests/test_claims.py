@@ -5,6 +5,8 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 from looptrace._core.threadkey import thread_key
 from looptrace._stats.attributes import THREAD_ID
 from looptrace.testing import capture
@@ -36,6 +38,11 @@ def test_reset_waits_for_a_timer_call_under_way() -> None:
     def work() -> None:
         train.record("a")
         clock.advance(1.0)
+        # Another thread's call, then its exit, leave no state found last: record("b") goes
+        # the general way, which reads the clock inside the call (for the fast path, see below).
+        other = threading.Thread(target=lambda: train.running)
+        other.start()
+        other.join()
         clock.on_read = inside_the_call
         train.record("b")
 
@@ -46,6 +53,60 @@ def test_reset_waits_for_a_timer_call_under_way() -> None:
     assert blocked == [True]
     # The switch from a to b ended before the cut: a is counted, b runs on past it.
     assert results == [({"root.training": 1.0, "root.training.a": 1.0}, {"root.training.a": 1})]
+
+
+@pytest.mark.parametrize("call", ["record", "enter", "exit"])
+def test_a_reset_between_a_fast_calls_reading_and_its_start_makes_it_read_again(call: str) -> None:
+    """A call's one-call reading precedes the call: a reset cut after it sends it back to the clock.
+
+    The reset does not wait (the call is not under way yet), and the call, which would end or
+    start an interval at an instant before the cut, ends or starts it at a new reading instead.
+    """
+    clock = PreemptingClock()
+    cap = capture(trace_every=0, clock=clock)
+    train = cap.lt.timer("training")
+    section = train.section("b")
+    cuts: list[dict[str, float]] = []
+
+    def preempted() -> None:  # inside the clock reading of the call under test
+        clock.advance(0.5)
+        resetter = threading.Thread(target=lambda: cuts.append(totals(cap.lt.reset())))
+        resetter.start()
+        resetter.join(10)
+        assert not resetter.is_alive()
+
+    train.record("a")
+    with section:  # the section's interval is spare from now on: its entry takes the fast path
+        pass
+    if call == "exit":
+        with section:
+            clock.advance(1.0)
+            clock.on_read = preempted
+    else:
+        clock.advance(1.0)
+        clock.on_read = preempted
+        if call == "record":
+            train.record("a")
+        else:
+            with section:
+                clock.advance(1.0)
+    clock.advance(1.0)
+    last = totals(cap.lt.reset())
+    assert clock.on_read is None  # the reading under test was taken
+    assert cuts == [
+        {"root.training": 1.5, "root.training.a": 0.0, "root.training.b": 1.5}
+        if call == "exit"
+        else {"root.training": 1.5, "root.training.a": 0.0, "root.training.b": 0.0}
+    ]
+    # Nothing before the cut at 1.5 counts again, and nothing after it goes missing.
+    assert (
+        last
+        == {
+            "record": {"root.training": 1.0, "root.training.a": 1.0},
+            "enter": {"root.training": 2.0, "root.training.b": 1.0},
+            "exit": {"root.training": 1.0, "root.training.b": 0.0},
+        }[call]
+    )
 
 
 def test_a_timer_call_waits_while_its_state_is_claimed() -> None:

@@ -1,10 +1,14 @@
 /* The calling thread's dictionary: how a compiled timer call tells which thread runs it.
  *
  * `threading.get_ident()` makes a new int on every call, and every timer call asks twice.
- * This returns an object the interpreter keeps anyway: the thread's state dictionary
+ * `current()` returns an object the interpreter keeps anyway: the thread's state dictionary
  * (`PyThreadState_GetDict`), which lives exactly as long as the thread's Python state.
  * looptrace compares its address and never keeps a reference to it: the dictionary is freed
  * when its thread exits, and that is what releases the thread's `threading.local` data.
+ *
+ * `now_in()` and `now_plain()` ask that question and read the clock in one call: a timer
+ * call's checks and its reading, which would take the compiled core three calls through
+ * the interpreter's call protocol, each of them more than the work it calls.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -23,17 +27,137 @@ current(PyObject *module, PyObject *Py_UNUSED(ignored))
     return dictionary;
 }
 
+/* The key decoded last: a timer call passes its thread state's key, the same int object
+ * call after call, so its address is decoded once, not at every call. */
+typedef struct {
+    PyObject *key; /* a strong reference, or NULL */
+    void *address; /* the key's value */
+} decoded;
+
+/* 1 if `key` (an int from `id(current())`) is the calling thread's, 0 if not, -1 on error. */
+static int
+is_here(PyObject *module, PyObject *key)
+{
+    PyObject *dictionary = PyThreadState_GetDict();
+    if (dictionary == NULL) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_RuntimeError, "the calling thread has no state dictionary");
+        }
+        return -1;
+    }
+    decoded *last = PyModule_GetState(module);
+    if (key != last->key) {
+        void *address = PyLong_AsVoidPtr(key);
+        if (address == NULL && PyErr_Occurred()) {
+            return -1;
+        }
+        Py_INCREF(key);
+        Py_XSETREF(last->key, key);
+        last->address = address;
+    }
+    return last->address == (void *)dictionary;
+}
+
+/* Return `func()`. A builtin that takes no arguments (`time.perf_counter_ns`, asyncio's
+ * `_get_running_loop`) is called directly, as its own call protocol would call it; any other
+ * callable (a test's clock) through the protocol. */
+static PyObject *
+call_without_arguments(PyObject *func)
+{
+    if (PyCFunction_CheckExact(func) && PyCFunction_GET_FLAGS(func) == METH_NOARGS) {
+        return PyCFunction_GET_FUNCTION(func)(PyCFunction_GET_SELF(func), NULL);
+    }
+    return PyObject_CallNoArgs(func);
+}
+
+static int
+check_count(const char *name, Py_ssize_t given, Py_ssize_t expected)
+{
+    if (given == expected) {
+        return 1;
+    }
+    PyErr_Format(PyExc_TypeError, "%s() takes %zd arguments (%zd given)", name, expected, given);
+    return 0;
+}
+
+/* now_in(key, clock): `clock()` when called in the thread of `key`, else None. */
+static PyObject *
+now_in(PyObject *module, PyObject *const *args, Py_ssize_t count)
+{
+    if (!check_count("now_in", count, 2)) {
+        return NULL;
+    }
+    int here = is_here(module, args[0]);
+    if (here <= 0) {
+        return here < 0 ? NULL : Py_NewRef(Py_None);
+    }
+    return call_without_arguments(args[1]);
+}
+
+/* now_plain(key, clock, running_loop): as `now_in`, and None while `running_loop()` is not
+ * None (an asyncio event loop runs in the thread). */
+static PyObject *
+now_plain(PyObject *module, PyObject *const *args, Py_ssize_t count)
+{
+    if (!check_count("now_plain", count, 3)) {
+        return NULL;
+    }
+    int here = is_here(module, args[0]);
+    if (here <= 0) {
+        return here < 0 ? NULL : Py_NewRef(Py_None);
+    }
+    PyObject *loop = call_without_arguments(args[2]);
+    if (loop == NULL) {
+        return NULL;
+    }
+    int running = loop != Py_None;
+    Py_DECREF(loop);
+    if (running) {
+        return Py_NewRef(Py_None);
+    }
+    return call_without_arguments(args[1]);
+}
+
 static PyMethodDef methods[] = {
     {"current", current, METH_NOARGS, "Return the calling thread's state dictionary."},
+    {"now_in", (PyCFunction)(void (*)(void))now_in, METH_FASTCALL,
+     "now_in(key, clock): clock() when called in the thread of key, else None."},
+    {"now_plain", (PyCFunction)(void (*)(void))now_plain, METH_FASTCALL,
+     "now_plain(key, clock, running_loop): now_in(key, clock), None while a loop runs."},
     {NULL, NULL, 0, NULL},
 };
+
+static int
+traverse(PyObject *module, visitproc visit, void *arg)
+{
+    decoded *last = PyModule_GetState(module);
+    Py_VISIT(last->key);
+    return 0;
+}
+
+static int
+clear(PyObject *module)
+{
+    decoded *last = PyModule_GetState(module);
+    Py_CLEAR(last->key);
+    return 0;
+}
+
+static void
+free_module(void *module)
+{
+    clear((PyObject *)module);
+}
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "looptrace._core._threaddict",
     .m_doc = "The calling thread's state dictionary, for telling threads apart cheaply.",
-    .m_size = 0,
+    .m_size = sizeof(decoded),
     .m_methods = methods,
+    .m_traverse = traverse,
+    .m_clear = clear,
+    .m_free = free_module,
 };
 
 PyMODINIT_FUNC

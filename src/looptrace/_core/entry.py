@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Final
 from looptrace._core import ranges as _ranges
 from looptrace._core.engine import count_ended, reuse
 from looptrace._core.intervals import discard
-from looptrace._core.threadkey import thread_key
+from looptrace._core.threadkey import now_in, now_plain
 
 if TYPE_CHECKING:
     from looptrace._core.intervals import ThreadState
@@ -46,32 +46,32 @@ class SectionEntry:
         owner = self.owner
         engine = owner._engine
         state = engine.states.last
-        if (
-            state is not None
-            and not state.busy
-            and state.key == thread_key()
-            and _running_loop() is None
-            and not engine.closed
-        ):
-            state.busy = True  # no lock: see `ThreadState`
-            try:
-                if not state.claimed and self._enter_spare(state):
-                    return self.section
-            finally:
-                state.busy = False
+        if state is not None and not state.busy and not engine.closed:
+            # One call checks the thread and the loop and reads the clock: None otherwise.
+            now = now_plain(state.key, engine.now, _running_loop)
+            if now is not None:
+                state.busy = True  # no lock: see `ThreadState`
+                try:
+                    if not state.claimed and self._enter_spare(state, now):
+                        return self.section
+                finally:
+                    state.busy = False
         owner._enter(self.timer, hold=True)
         return self.section
 
-    def _enter_spare(self, state: ThreadState) -> bool:
-        """Restart the section's spare interval as the child of the owner's running one.
+    def _enter_spare(self, state: ThreadState, now: int) -> bool:
+        """Restart the section's spare interval at `now` as the child of the owner's running one.
 
         The common entry of a loop: the owner runs untraced with no section running, and
         the section's last interval is spare (`NodeState.spare`). False (changing nothing)
-        for anything else. The result is that of `run_owner_for()` and `start()`.
+        for anything else, and for a reading from before the thread's latest cut. The result
+        is that of `run_owner_for()` and `start()`.
         """
         node = self.timer.mine
         mine = self.owner.mine
         if node is None or mine is None or node.owner is not state or mine.owner is not state:
+            return False
+        if now < state.last_cut:  # read before a reset() cut that came between: read again
             return False
         spare = node.spare
         stack = mine.stack
@@ -81,7 +81,7 @@ class SectionEntry:
         if current.children or current.span is not None or current.device is not None:
             return False
         node.spare = None
-        spare.restart(current, self.owner._engine.now(), current.step, None)
+        spare.restart(current, now, current.step, None)
         spare.held = True
         current.children.append(spare)
         node.stack.append(spare)
@@ -100,28 +100,30 @@ class SectionEntry:
             if (
                 state is not None
                 and not state.busy
-                and state.key == thread_key()
                 and not state.tasks  # (an entry made in a task was made in the task's state)
                 and not engine.closed
             ):
-                state.busy = True  # no lock: see `ThreadState`
-                try:
-                    left = not state.claimed and self._leave_in_place(state)
-                finally:
-                    state.busy = False
-                if left:
-                    if state.fold_due:
-                        engine.windows.merge_pending(state)
-                    return
+                now = now_in(state.key, engine.now)
+                if now is not None:
+                    state.busy = True  # no lock: see `ThreadState`
+                    try:
+                        left = not state.claimed and self._leave_in_place(state, now)
+                    finally:
+                        state.busy = False
+                    if left:
+                        if state.fold_due:
+                            engine.windows.merge_pending(state)
+                        return
             self.owner._exit(self.timer, None, None)
         else:
             self.owner._exit(self.timer, None, error if isinstance(error, BaseException) else None)
 
-    def _leave_in_place(self, state: ThreadState) -> bool:
-        """End the section's latest entry, an untraced leaf inside the owner's interval.
+    def _leave_in_place(self, state: ThreadState, now: int) -> bool:
+        """End the section's latest entry at `now`, an untraced leaf inside the owner's interval.
 
-        The common exit of a loop; False (changing nothing) for anything else. The result
-        is that of `Engine.end()`, and the interval stays spare for the next entry.
+        The common exit of a loop; False (changing nothing) for anything else, and for a
+        reading from before the thread's latest cut. The result is that of `Engine.end()`,
+        and the interval stays spare for the next entry.
         """
         node = self.timer.mine
         if node is None or node.owner is not state:
@@ -138,9 +140,9 @@ class SectionEntry:
             or interval.span is not None
             or interval.device is not None
             or _ranges.OPEN
+            or now < state.last_cut  # read before a reset() cut that came between
         ):
             return False
-        now = self.owner._engine.now()
         node.pop_entry()
         duration = now - interval.seg_start
         count_ended(state, interval, now, duration, None)

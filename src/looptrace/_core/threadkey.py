@@ -1,37 +1,70 @@
-"""`thread_key()`: which thread makes a timer call, asked on every call."""
+"""Which thread makes a timer call, asked on every call, with the call's clock reading.
+
+`thread_key()` says which thread runs. A timer call's fast path asks `now_in(key, clock)` or
+`now_plain(key, clock, running_loop)` instead: the clock's reading when the caller is the
+thread of `key` (its state's), else None; `now_plain` also None while an asyncio event loop
+runs in the thread. The reading is taken before the call marks its state busy, so a caller
+compares it with the state's latest `reset()` cut (`ThreadState.last_cut`).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from threading import get_ident
+from types import ModuleType
 from typing import Final
 
 
-def _dictionary_of_thread() -> Callable[[], object] | None:
+def _helper() -> ModuleType | None:
     """Return the C helper built with the compiled core (`_threaddict.c`), else None."""
     try:
-        from looptrace._core._threaddict import current  # noqa: PLC0415 - built or not
+        from looptrace._core import _threaddict  # noqa: PLC0415 - built or not
     except ImportError:  # the pure-Python core: no C helper either
         return None
-    return current
+    return _threaddict
 
 
-# A constant, not a module global: read on every call, compiled it is a C static.
-_current_dictionary: Final = _dictionary_of_thread()
+_HELPER: Final = _helper()
+
+# Constants, not module globals: read on every call, compiled they are C statics.
+_current_dictionary: Final[Callable[[], object] | None] = (
+    None if _HELPER is None else _HELPER.current
+)
 
 
-def thread_key() -> int:
+def thread_key() -> object:
     """Return the calling thread's key: the same on every call, another in any other live thread.
 
     With the compiled core it is the address of the thread's state dictionary, which costs no
     allocation (`get_ident()` makes an int on every call); otherwise the thread's ident. A
-    key, like an ident, can be reused once its thread has exited.
+    key, like an ident, can be reused once its thread has exited. Keys compare with `==`.
     """
     current = _current_dictionary
     if current is None:
         return get_ident()
     return id(current())
 
+
+def _now_in(key: object, clock: Callable[[], int]) -> int | None:
+    """Return `clock()` when called in the thread of `key`, else None (the pure-Python core)."""
+    return clock() if key == get_ident() else None
+
+
+def _now_plain(
+    key: object, clock: Callable[[], int], running_loop: Callable[[], object]
+) -> int | None:
+    """Return `_now_in(key, clock)`, but None while `running_loop()` is not None."""
+    if key != get_ident() or running_loop() is not None:
+        return None
+    return clock()
+
+
+now_in: Final[Callable[[object, Callable[[], int]], int | None]] = (
+    _now_in if _HELPER is None else _HELPER.now_in
+)
+now_plain: Final[Callable[[object, Callable[[], int], Callable[[], object]], int | None]] = (
+    _now_plain if _HELPER is None else _HELPER.now_plain
+)
 
 if _current_dictionary is None:
     # The pure-Python core: timer calls call `get_ident` itself, which saves them a Python

@@ -10,7 +10,7 @@ from looptrace._core.engine import Engine
 from looptrace._core.intervals import Interval, NodeState, find
 from looptrace._core.iterate import laps
 from looptrace._core.section import Section, new_section
-from looptrace._core.threadkey import thread_key
+from looptrace._core.threadkey import now_in, now_plain
 from looptrace._stats.aggregator import OTHER_PATH
 from looptrace._stats.errors import TimerError
 from looptrace._stats.snapshot import Snapshot
@@ -139,18 +139,19 @@ class Timer:
         if engine.closed:
             engine.incidents.misused("closed", f"{self.path}.record() after shutdown()")
             return
-        if _running_loop() is None:
-            state = engine.states.last
-            if state is None or state.key != thread_key():
-                state = engine.states.thread_state()
-        else:
-            state = engine.states.task_state()
+        state = engine.states.last
+        # One call checks the thread and the loop and reads the clock: None otherwise.
+        reading = None if state is None else now_plain(state.key, engine.now, _running_loop)
+        if state is None or reading is None:
+            state = engine.states.state()
         was = state.busy  # (True only in a timer call made inside one, e.g. by a finaliser)
         state.busy = True  # no lock: see `ThreadState`
         if state.claimed and not was:
             state.wait_turn()
+            reading = None  # read before the wait
         try:
-            now = engine.now()
+            # A reading from before a reset() cut that came between it and `busy`: read again.
+            now = engine.now() if reading is None or reading < state.last_cut else reading
             mine = find(state, self)
             stack = None if mine is None else mine.stack
             if child is None:
@@ -231,18 +232,19 @@ class Timer:
         if engine.closed:
             engine.incidents.misused("closed", f"{child.path} entered after shutdown()")
             return None
-        if _running_loop() is None:
-            state = engine.states.last
-            if state is None or state.key != thread_key():
-                state = engine.states.thread_state()
-        else:
-            state = engine.states.task_state()
+        state = engine.states.last
+        # One call checks the thread and the loop and reads the clock: None otherwise.
+        reading = None if state is None else now_plain(state.key, engine.now, _running_loop)
+        if state is None or reading is None:
+            state = engine.states.state()
         was = state.busy  # (True only in a timer call made inside one, e.g. by a finaliser)
         state.busy = True  # no lock: see `ThreadState`
         if state.claimed and not was:
             state.wait_turn()
+            reading = None  # read before the wait
         try:
-            now = engine.now()
+            # A reading from before a reset() cut that came between it and `busy`: read again.
+            now = engine.now() if reading is None or reading < state.last_cut else reading
             running = find(state, child)
             interval: Interval | None
             if running is not None and running.stack:  # recursion: nest in its latest one
@@ -263,12 +265,14 @@ class Timer:
         # An entry made in an asyncio task was made in the task's state, which counts in its
         # thread's `tasks` until the task is done: with none, no loop check is needed.
         state = engine.states.last
-        if state is None or state.key != thread_key() or state.tasks:
+        reading = None if state is None or state.tasks else now_in(state.key, engine.now)
+        if state is None or reading is None:
             state = engine.states.state()
         was = state.busy  # (True only in a timer call made inside one, e.g. by a finaliser)
         state.busy = True  # no lock: see `ThreadState`
         if state.claimed and not was:
             state.wait_turn()
+            reading = None  # read before the wait
         try:
             held = interval is None  # (else a token its caller keeps: never reused)
             if held:
@@ -278,7 +282,9 @@ class Timer:
             if interval is not None and not engine.closed:
                 stack = interval.state.stack
                 if (stack and stack[-1] is interval) or interval in stack:
-                    engine.leave(state, interval, engine.now(), error, held=held)
+                    if reading is None or reading < state.last_cut:  # (see `_enter`)
+                        reading = engine.now()
+                    engine.leave(state, interval, reading, error, held=held)
         finally:
             state.busy = was
         if interval is None and not engine.closed:
