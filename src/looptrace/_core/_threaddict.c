@@ -70,28 +70,41 @@ call_without_arguments(PyObject *func)
     return PyObject_CallNoArgs(func);
 }
 
-static int
-check_count(const char *name, Py_ssize_t given, Py_ssize_t expected)
-{
-    if (given == expected) {
-        return 1;
-    }
-    PyErr_Format(PyExc_TypeError, "%s() takes %zd arguments (%zd given)", name, expected, given);
-    return 0;
-}
-
-/* now_in(key, clock): `clock()` when called in the thread of `key`, else None. */
+/* `clock()` when called in the thread of `args[0]`, else None; with a third argument, also
+ * None while `args[2]()` (asyncio's running loop) is not None. `name` and `expected` (2 or 3)
+ * say which of the two calls below this is. */
 static PyObject *
-now_in(PyObject *module, PyObject *const *args, Py_ssize_t count)
+reading(PyObject *module, PyObject *const *args, Py_ssize_t count, const char *name,
+        Py_ssize_t expected)
 {
-    if (!check_count("now_in", count, 2)) {
+    if (count != expected) {
+        PyErr_Format(PyExc_TypeError, "%s() takes %zd arguments (%zd given)", name, expected,
+                     count);
         return NULL;
     }
     int here = is_here(module, args[0]);
     if (here <= 0) {
         return here < 0 ? NULL : Py_NewRef(Py_None);
     }
+    if (expected == 3) {
+        PyObject *loop = call_without_arguments(args[2]);
+        if (loop == NULL) {
+            return NULL;
+        }
+        int running = loop != Py_None;
+        Py_DECREF(loop);
+        if (running) {
+            return Py_NewRef(Py_None);
+        }
+    }
     return call_without_arguments(args[1]);
+}
+
+/* now_in(key, clock): `clock()` when called in the thread of `key`, else None. */
+static PyObject *
+now_in(PyObject *module, PyObject *const *args, Py_ssize_t count)
+{
+    return reading(module, args, count, "now_in", 2);
 }
 
 /* now_plain(key, clock, running_loop): as `now_in`, and None while `running_loop()` is not
@@ -99,23 +112,7 @@ now_in(PyObject *module, PyObject *const *args, Py_ssize_t count)
 static PyObject *
 now_plain(PyObject *module, PyObject *const *args, Py_ssize_t count)
 {
-    if (!check_count("now_plain", count, 3)) {
-        return NULL;
-    }
-    int here = is_here(module, args[0]);
-    if (here <= 0) {
-        return here < 0 ? NULL : Py_NewRef(Py_None);
-    }
-    PyObject *loop = call_without_arguments(args[2]);
-    if (loop == NULL) {
-        return NULL;
-    }
-    int running = loop != Py_None;
-    Py_DECREF(loop);
-    if (running) {
-        return Py_NewRef(Py_None);
-    }
-    return call_without_arguments(args[1]);
+    return reading(module, args, count, "now_plain", 3);
 }
 
 static PyMethodDef methods[] = {

@@ -67,6 +67,7 @@ now_plain: Final[Callable[[object, Callable[[], int], Callable[[], object]], int
 )
 
 if _current_dictionary is None:
-    # The pure-Python core: timer calls call `get_ident` itself, which saves them a Python
-    # call each (compiled, they call the function above directly, whatever this name holds).
+    # The pure-Python core: callers (finding a thread's state) call `get_ident` itself, which
+    # saves them a Python call each (compiled, they call the function above directly,
+    # whatever this name holds).
     thread_key = get_ident
