@@ -1,4 +1,4 @@
-"""The settings table: the README, the resolvers and `looptrace replay` all follow it."""
+"""The settings table: the docs, the resolvers and `looptrace replay` all follow it."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ from looptrace._export.settings_table import (
 from looptrace._offline import replay as _replay
 from looptrace._offline.commands import add_commands
 
-README = Path(__file__).parent.parent / "README.md"
+CONFIGURATION = Path(__file__).parent.parent / "docs" / "configuration.md"
 BATCH = (
     "OTEL_BSP_SCHEDULE_DELAY",
     "OTEL_BSP_EXPORT_TIMEOUT",
@@ -42,9 +42,9 @@ BATCH = (
 )
 
 
-def readme_table() -> list[str]:
-    """Return the README's settings table: the lines from its header to the first non-row."""
-    lines = README.read_text().splitlines()
+def docs_table() -> list[str]:
+    """Return the Configuration page's settings table: from its header to the first non-row."""
+    lines = CONFIGURATION.read_text().splitlines()
     start = lines.index(readme_rows()[0])
     end = start
     while end < len(lines) and lines[end].startswith("|"):
@@ -52,9 +52,9 @@ def readme_table() -> list[str]:
     return lines[start:end]
 
 
-def test_readme_table_is_the_rendered_table() -> None:
-    """The README's settings table is exactly the table rendered (paste `readme_rows()`)."""
-    assert readme_table() == readme_rows()
+def test_docs_table_is_the_rendered_table() -> None:
+    """The Configuration page's settings table is exactly the table rendered (`readme_rows()`)."""
+    assert docs_table() == readme_rows()
 
 
 def test_every_configure_argument_of_the_table_exists() -> None:
