@@ -196,6 +196,7 @@ class ExportPipeline:
 
         finished = bounded(close_all, limit, self.incidents, "export shutdown")
         self.histograms.close()
+        sdk_logs.release()  # records logged by exporters still in flight pass unfolded
         if not finished:  # the process may exit under what is still in flight: count it lost
             if self.processor is not None:
                 self.processor.counting.settle(self.processor.accepted)

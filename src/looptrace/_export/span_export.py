@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
+from looptrace._export import sdk_logs
 from looptrace._export.settings import BatchSettings
 from looptrace._stats.health import Incidents
 
@@ -40,7 +41,8 @@ class CountingSpanExporter(SpanExporter):
         ones are, not an internal error.
         """
         try:
-            result = self.inner.export(spans)
+            with sdk_logs.ours():
+                result = self.inner.export(spans)
         except Exception:
             if not self.closing:
                 self._incidents.failed(f"{type(self.inner).__name__}.export")
@@ -58,11 +60,13 @@ class CountingSpanExporter(SpanExporter):
     def shutdown(self) -> None:
         """Shut the wrapped exporter down."""
         self.closing = True
-        self.inner.shutdown()
+        with sdk_logs.ours():
+            self.inner.shutdown()
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         """Flush the wrapped exporter."""
-        return self.inner.force_flush(timeout_millis)
+        with sdk_logs.ours():
+            return self.inner.force_flush(timeout_millis)
 
     def after_fork_in_child(self) -> None:
         """Start counting afresh, with a fresh lock, in a forked child."""
@@ -133,7 +137,7 @@ class ExportingSpanProcessor(BatchSpanProcessor):
             self.timeout_s if timeout_millis is None else min(self.timeout_s, timeout_millis / 1e3)
         )
         flush = super().force_flush
-        return bounded(flush, limit, self._incidents, "span flush")
+        return bounded(sdk_logs.as_ours(flush), limit, self._incidents, "span flush")
 
     def shutdown(self) -> None:
         """Export what is queued within the timeout, then count what was not delivered."""
@@ -145,7 +149,7 @@ class ExportingSpanProcessor(BatchSpanProcessor):
         work: Callable[[], object] = super().shutdown  # an SDK without the batch processor
         if inner is not None:
             work = functools.partial(inner.shutdown, timeout_millis=timeout_ms)
-        bounded(work, self.timeout_s, self._incidents, "span exporter shutdown")
+        bounded(sdk_logs.as_ours(work), self.timeout_s, self._incidents, "span exporter shutdown")
         self.counting.settle(self.accepted)
 
     def after_fork_in_child(self) -> None:
