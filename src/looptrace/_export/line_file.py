@@ -4,6 +4,12 @@ Every line is written with one `write()` on a file opened with `O_APPEND` and no
 buffer, so a line is complete on disk as soon as the call returns, and a killed process leaves
 at most one truncated last line (which every reader skips with a warning). Reopening a file
 whose last line was cut short starts on a fresh line.
+
+Files are created private: mode 0600 (less where the umask takes more away); a file that
+exists keeps its mode, so a user who wants others to read it creates it first. A final path
+component that is a symbolic link is followed only when the link belongs to the user running
+looptrace: a link planted by someone else in a shared directory (`/tmp`) is refused, so
+looptrace never appends to a file it was not pointed at.
 """
 
 from __future__ import annotations
@@ -12,14 +18,49 @@ import contextlib
 import errno
 import json
 import os
+import stat
 import threading
 import weakref
 from pathlib import Path
+from typing import Final
 
 from looptrace._export.records import LOSS_KIND
 from looptrace._stats.errors import ConfigError
 
 FLUSH_TIMEOUT_S = 10.0  # a local or shared filesystem; a stalled one must not hang exit
+PRIVATE_MODE: Final = 0o600  # of the files looptrace creates, before the umask
+
+
+def open_private(path: Path, flags: int) -> int:
+    """Open `path` with `flags`, creating it with `PRIVATE_MODE`, never through a foreign link.
+
+    The final component is opened without following a symbolic link (`O_NOFOLLOW`); a link
+    owned by the user running looptrace (one they made) is followed, one owned by anyone
+    else is refused with `ELOOP`.
+
+    Raises:
+        OSError: the file cannot be opened, or is a link owned by another user.
+
+    """
+    flags |= getattr(os, "O_CLOEXEC", 0)
+    nofollow = getattr(os, "O_NOFOLLOW", 0)
+    try:
+        return os.open(path, flags | nofollow, PRIVATE_MODE)
+    except OSError as error:
+        # ELOOP: a link; EACCES: a link the kernel refuses to follow (fs.protected_symlinks)
+        link = os.lstat(path) if error.errno in (errno.ELOOP, errno.EACCES) else None
+        if link is None or not stat.S_ISLNK(link.st_mode):
+            raise
+        if link.st_uid != os.geteuid():
+            raise OSError(
+                errno.ELOOP,
+                f"it is a symbolic link owned by another user (uid {link.st_uid}); looptrace "
+                "does not write through it",
+                str(path),
+            ) from None
+        if not nofollow or error.errno != errno.ELOOP:
+            raise
+    return os.open(path, flags, PRIVATE_MODE)
 
 
 class LineFile:
@@ -36,15 +77,14 @@ class LineFile:
         self.created = not os.path.lexists(path)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
-            self._fd: int | None = os.open(path, flags, 0o644)
+            self._fd: int | None = open_private(path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
         except OSError as error:
             self._remove_created(files=False)
             raise ConfigError(
                 f"{setting}: cannot open {path} for writing: {error.strerror}"
             ) from None
         try:
-            if _ends_inside_a_line(path):
+            if _ends_inside_a_line(self._fd):
                 self.write(b"\n")  # a killed writer left a partial line; keep it on its own
         except OSError as error:
             self.remove()
@@ -98,12 +138,9 @@ class LineFile:
                 directory.rmdir()
 
 
-def _ends_inside_a_line(path: Path) -> bool:
-    with path.open("rb") as handle:
-        if handle.seek(0, os.SEEK_END) == 0:
-            return False
-        handle.seek(-1, os.SEEK_END)
-        return handle.read(1) != b"\n"
+def _ends_inside_a_line(fd: int) -> bool:
+    size = os.fstat(fd).st_size
+    return size > 0 and os.pread(fd, 1, size - 1) != b"\n"
 
 
 def loss_line(what: str, count: int) -> bytes:
