@@ -15,6 +15,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from looptrace._distributed.ranks import RankInfo
+from looptrace._export.encodable import encodable_spans
 from looptrace._export.line_file import FLUSH_TIMEOUT_S, LineFile, loss_line
 from looptrace._export.outputs import Outputs
 from looptrace._export.snapshot_file import SnapshotFileWriter
@@ -88,7 +89,7 @@ class OtlpJsonFileExporter(SpanExporter):
         if not spans:
             return SpanExportResult.SUCCESS
         try:
-            line = self._encode(spans)
+            line = self._encode(encodable_spans(spans))  # one odd name never fails it
         except Exception:
             self._incidents.failed(f"trace file {self.path}")
             self._lost(len(spans))

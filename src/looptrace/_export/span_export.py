@@ -17,6 +17,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 from looptrace._export import sdk_logs
+from looptrace._export.encodable import encodable_spans
 from looptrace._export.settings import BatchSettings
 from looptrace._stats.health import Incidents
 
@@ -36,13 +37,16 @@ class CountingSpanExporter(SpanExporter):
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         """Export a batch; a failure or an exception counts every span of it as dropped.
 
+        Text that cannot be encoded (a lone surrogate) is escaped in a copy of its span, so
+        one odd name never fails the batch.
+
         An exporter shut down under a batch in flight (a gRPC channel closed by a shutdown that
         stopped waiting for a stalled collector) raises: those spans are lost as any undelivered
         ones are, not an internal error.
         """
         try:
             with sdk_logs.ours():
-                result = self.inner.export(spans)
+                result = self.inner.export(encodable_spans(spans))
         except Exception:
             if not self.closing:
                 self._incidents.failed(f"{type(self.inner).__name__}.export")
