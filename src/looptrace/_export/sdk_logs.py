@@ -40,16 +40,6 @@ class _Scope(threading.local):
 _SCOPE = _Scope()
 
 
-@contextmanager
-def ours() -> Iterator[None]:
-    """Mark the records logged on this thread meanwhile as looptrace's exporters' own."""
-    _SCOPE.depth += 1
-    try:
-        yield
-    finally:
-        _SCOPE.depth -= 1
-
-
 def as_ours(work: Callable[[], _T]) -> Callable[[], _T]:
     """Return `work` run inside `ours()` (for work handed to another thread)."""
 
@@ -111,7 +101,16 @@ class _Installed:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.users = 0  # export pipelines between `fold()` and `release()`
+        self.in_flight = 0  # calls of looptrace's exporters under way, on any thread
         self.loggers: list[logging.Logger] = []
+
+    def remove_when_unused(self) -> None:
+        """Take the filter off once no pipeline wants it and no call needs it; hold `lock`."""
+        if self.users or self.in_flight:
+            return
+        for logger in self.loggers:
+            logger.removeFilter(_FOLD)
+        self.loggers.clear()
 
 
 _FOLD = _Fold()
@@ -121,10 +120,30 @@ _INSTALLED = _Installed()
 def _renew_locks() -> None:  # another thread may have held one while forking
     _FOLD._lock = threading.Lock()
     _INSTALLED.lock = threading.Lock()
+    _INSTALLED.in_flight = 0  # the calls under way were the parent's threads'
 
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_renew_locks)
+
+
+@contextmanager
+def ours() -> Iterator[None]:
+    """Mark the records logged on this thread meanwhile as looptrace's exporters' own.
+
+    The filter stays on the loggers until the last such call ends, even past `release()`:
+    an exporter still retrying after `shutdown()` gave up on it stays folded.
+    """
+    _SCOPE.depth += 1
+    with _INSTALLED.lock:
+        _INSTALLED.in_flight += 1
+    try:
+        yield
+    finally:
+        _SCOPE.depth -= 1
+        with _INSTALLED.lock:
+            _INSTALLED.in_flight -= 1
+            _INSTALLED.remove_when_unused()
 
 
 def fold(secrets: Iterable[str] = ()) -> None:
@@ -149,14 +168,13 @@ def fold(secrets: Iterable[str] = ()) -> None:
 
 
 def release() -> None:
-    """End one `fold()`; the last one takes the filter off the SDK's loggers."""
+    """End one `fold()`; the last one takes the filter off the SDK's loggers.
+
+    Off once looptrace's exporter calls still under way (see `ours()`) have ended.
+    """
     with _INSTALLED.lock:
         _INSTALLED.users = max(0, _INSTALLED.users - 1)
-        if _INSTALLED.users:
-            return
-        for logger in _INSTALLED.loggers:
-            logger.removeFilter(_FOLD)
-        _INSTALLED.loggers.clear()
+        _INSTALLED.remove_when_unused()
 
 
 def folded() -> int:
