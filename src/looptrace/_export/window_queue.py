@@ -54,9 +54,6 @@ class WindowQueue:
             dropped, self._dropped = self._dropped, 0
         return taken, dropped
 
-    def __len__(self) -> int:
-        return len(self._windows)
-
     def after_fork_in_child(self) -> None:
         """Start empty with a fresh lock: the parent's windows are the parent's to deliver."""
         self._lock = threading.Lock()
