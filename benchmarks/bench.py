@@ -53,6 +53,7 @@ from bench_slow_laps import slow_lap_cost
 from hot_path import path_count_cost, reset_cost
 from otlp_sink import ChildReceiver
 from peers import megatron, record_function
+from reset_outputs import reset_with_outputs
 from tests.otlp_server import StalledServer
 
 
@@ -158,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         "metrics_reset": metrics_reset_cost(3 if args.quick else 30, {}),
         "slow_laps": slow_lap_cost(5 if args.quick else 40, {}),
         "reset": reset_cost(3 if args.quick else 30, app_meter_provider),
+        "reset_outputs": reset_with_outputs(10 if args.quick else 100),
         "paths": path_count_cost(3 if args.quick else 15, 100 if args.quick else 300),
     }
 

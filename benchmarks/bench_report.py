@@ -41,6 +41,11 @@ def targets_of(rows: list[dict[str, Any]], extra: dict[str, Any]) -> dict[str, f
         "P6 reset() per section x floor section, app MeterProvider (<= 1.0)": extra["reset"][
             "app MeterProvider reset x floor section"
         ],
+        # No target: the worst reset() with an output attached (reset_outputs.py), in ms.
+        **{
+            f"P6 worst reset() ms, {case}": times["worst_ms"]
+            for case, times in extra["reset_outputs"].items()
+        },
         # No target: reading every path's statistics of the window `reset()` returned.
         "reading reset()'s statistics, per section x floor section": extra["reset"][
             "aggregate only read x floor section"
@@ -144,6 +149,9 @@ def print_report(
         f"of which reset() {paths['10 paths reset() ns/section']:.0f} / "
         f"{paths['1000 paths reset() ns/section']:.0f} ns"
     )
+    print("reset() alone with one output attached, nobody reading, median / worst:")
+    for case, times in extra["reset_outputs"].items():
+        print(f"  {case:48} {times['median_ms']:8.2f} / {times['worst_ms']:8.2f} ms")
     print("\ntargets:")
     for name, value in targets.items():
         print(f"  {name}: {value:.3f}")

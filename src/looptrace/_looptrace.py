@@ -136,6 +136,7 @@ class Looptrace:
             dropped_spans=self._incidents.dropped_spans,
             failed_metric_pushes=self._incidents.failed_metric_pushes,
             slow_laps_suppressed=self._incidents.slow_laps_suppressed,
+            dropped_windows=self._incidents.dropped_windows,
         )
 
     def shutdown(self) -> None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from looptrace._configure.providers import owns_traces
 from looptrace._configure.tracing import TracingSources
 from looptrace._export.exporters import ExportPipeline, export_pipeline
-from looptrace._export.files import FileOutputs
+from looptrace._export.files import FLUSH_TIMEOUT_S, FileOutputs
 from looptrace._export.run_settings import RunSettings
 from looptrace._export.settings import ExportOptions
 
@@ -23,6 +23,23 @@ class Sinks:
 
     files: FileOutputs
     pipeline: ExportPipeline | None
+
+    @property
+    def active(self) -> bool:
+        """Whether anything is exported or written."""
+        return self.pipeline is not None or self.files.active
+
+    @property
+    def timeout_s(self) -> float:
+        """How long a flush of everything may take: the exporters' timeout, else the files'."""
+        return FLUSH_TIMEOUT_S if self.pipeline is None else self.pipeline.settings.timeout_s
+
+    def flush(self) -> bool:
+        """Deliver what the exporters and the files hold, each within `timeout_s`."""
+        ok = self.files.flush(self.timeout_s)
+        if self.pipeline is not None:
+            ok = self.pipeline.flush() and ok
+        return ok
 
 
 def open_sinks(

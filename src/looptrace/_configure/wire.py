@@ -16,7 +16,7 @@ from looptrace._core.engine import Engine
 from looptrace._distributed.ranks import RankInfo
 from looptrace._export.app_metrics import ReaderHooks
 from looptrace._export.exit import install_exit_flush
-from looptrace._export.files import FLUSH_TIMEOUT_S, PathLike
+from looptrace._export.files import PathLike
 from looptrace._export.outputs import Outputs
 from looptrace._export.run_settings import RunSettings, resolve_run
 from looptrace._export.settings import ExportOptions, SlowLapFactor
@@ -170,7 +170,7 @@ def configure(
         incidents=incidents,
         slow_lap_factor=slow_factor,
     )
-    sinks.files.attach(tracing.provider, outputs, step=engine.windows.steps_done)
+    sinks.files.attach(tracing.provider, outputs)
     return _handle(
         engine=engine,
         aggregator=aggregator,
@@ -275,8 +275,6 @@ def _handle(
         outputs=outputs,
         processor=tracing.processor,
     )
-    if sinks.pipeline is not None:
-        install_exit_flush(lt, sinks.pipeline.flush, sinks.pipeline.settings.timeout_s, incidents)
-    elif sinks.files.active:
-        install_exit_flush(lt, sinks.files.flush, FLUSH_TIMEOUT_S, incidents)
+    if sinks.active:
+        install_exit_flush(lt, sinks.flush, sinks.timeout_s, incidents)
     return lt

@@ -60,6 +60,7 @@ class ReaderHooks:
         self._incidents = incidents
         self._config: Any = None
         self._provider: SdkMeterProvider | None = None
+        self._own: CumulativeHistograms | None = None  # the totals, when no pipeline has them
         self._flushes = Coalesced(self._flush_now, "looptrace-app-metrics")
         if hasattr(os, "register_at_fork"):
             flushes = weakref.ref(self._flushes)
@@ -107,10 +108,9 @@ class ReaderHooks:
         """
         incidents = self._incidents
         if histograms is None:
-            histograms = CumulativeHistograms(
-                resource, rank.span_attributes(), lambda: incidents.dropped_spans
-            )
+            histograms = CumulativeHistograms(resource, rank.span_attributes(), incidents)
             outputs.on_reset.append(histograms.add)
+            self._own = histograms
         for reader, collect, delta in self._readers:
             cursor = histograms.delta_cursor() if delta else None
             extended = _extended(collect, histograms, cursor, self._config, incidents)
@@ -127,6 +127,8 @@ class ReaderHooks:
         """Flush the last window, waiting at most `FLUSH_TIMEOUT_S`; flush nothing after."""
         self._flushes.wait(self._flushes.request(), FLUSH_TIMEOUT_S)
         self._flushes.close()
+        if self._own is not None:
+            self._own.close()
 
     def _flush_now(self, _ticket: int) -> None:
         try:

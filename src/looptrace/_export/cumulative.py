@@ -15,7 +15,6 @@ import math
 import os
 import threading
 import weakref
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from opentelemetry.sdk.metrics import Exemplar
@@ -34,6 +33,7 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
+from looptrace._export.coalesced import Coalesced
 from looptrace._export.exemplars import ExemplarProcessor, TraceExemplar
 from looptrace._export.metrics import (
     DROPPED_DESCRIPTION,
@@ -48,12 +48,13 @@ from looptrace._export.metrics import (
     WINDOW_METRIC,
     section_attributes,
 )
+from looptrace._export.window_queue import WindowQueue
 from looptrace._stats.buckets import BOUNDARIES_S
+from looptrace._stats.health import Incidents
 from looptrace._stats.snapshot import SectionStats, Snapshot
 from looptrace._stats.version import version
 
 CUMULATIVE = AggregationTemporality.CUMULATIVE
-MAX_PENDING_WINDOWS = 32  # windows queued before `reset()` adds them up itself
 DELTA = AggregationTemporality.DELTA
 
 
@@ -144,64 +145,89 @@ class DeltaCursor:
 
 
 class CumulativeHistograms:
-    """Adds up the windows of one `Looptrace` and renders them as OpenTelemetry metrics data."""
+    """Adds up the windows of one `Looptrace` and renders them as OpenTelemetry metrics data.
+
+    `reset()` only queues its window (`add`); a thread of looptrace's adds the queued windows
+    up, in order, and so does whoever reads the totals first (a scrape, a push, a reader's
+    collection), so a reader always sees every window closed before it read.
+    """
 
     def __init__(
         self,
         resource: Resource,
         attributes: dict[str, int],
-        dropped_spans: Callable[[], int],
+        incidents: Incidents,
         exemplars: ExemplarProcessor | None = None,
     ) -> None:
         self.resource = resource
         self.exemplars = exemplars
         self.attributes = attributes
-        self.dropped_spans = dropped_spans
-        self.lock = threading.Lock()
+        self.incidents = incidents
+        self.lock = threading.Lock()  # held while adding up and while reading the totals
         self._totals = Totals()
         self._cursors: list[DeltaCursor] = []
-        # Windows not yet added up: `reset()` only queues its window, and whoever reads the
-        # totals next (a scrape, a push, a reader's collection) adds them up on its own thread.
-        self._pending: list[tuple[Snapshot, dict[str, dict[int, TraceExemplar]]]] = []
+        self._queue = WindowQueue(incidents, "the metric totals")
+        self._folds = Coalesced(self._fold_queued, "looptrace-metric-totals")
         if hasattr(os, "register_at_fork"):
             ref = weakref.ref(self)
 
-            def renew() -> None:  # another thread may have held the lock while forking
+            def renew() -> None:  # another thread may have held a lock while forking
                 histograms = ref()
                 if histograms is not None:
                     histograms.lock = threading.Lock()
+                    histograms._queue.after_fork_in_child()
+                    histograms._folds.after_fork_in_child(closed=histograms._folds.closed)
 
             os.register_at_fork(after_in_child=renew)
 
-    def add(self, snapshot: Snapshot) -> None:
-        """Add one window's statistics, and the exemplars of the spans that ended in it."""
-        paths = None if snapshot.subtree == "root" else snapshot  # a timer's window: its paths
-        exemplars = {} if self.exemplars is None else self.exemplars.take(snapshot.end_ns, paths)
-        with self.lock:
-            self._pending.append((snapshot, exemplars))
-            if len(self._pending) >= MAX_PENDING_WINDOWS:  # nobody read for long: bound memory
-                self._add_pending()
+    def dropped_spans(self) -> int:
+        """Return the spans the exporters failed to deliver so far."""
+        return self.incidents.dropped_spans
 
-    def _add_pending(self) -> None:
-        """Add the queued windows to the totals and every cursor; the caller holds `lock`."""
-        for snapshot, exemplars in self._pending:
+    def add(self, snapshot: Snapshot) -> None:
+        """Queue one window to be added up off the caller's thread; constant work."""
+        self._queue.put(snapshot)
+        self._folds.request()
+
+    def close(self) -> None:
+        """Stop the thread once it is idle; what is still queued waits for the next reader."""
+        self._folds.close()
+
+    def _fold_queued(self, _ticket: int) -> None:
+        try:
+            with self.lock:
+                self._add_queued()
+        except Exception:
+            self.incidents.failed("adding up the metric totals")
+
+    def _add_queued(self) -> None:
+        """Add the queued windows, oldest first, to the totals and every cursor.
+
+        The caller holds `lock`. Each window takes the exemplars of the spans that ended in
+        it: a timer's window only its own paths'.
+        """
+        windows, _dropped = self._queue.take()  # a dropped window is counted in health()
+        for snapshot in windows:
+            paths = None if snapshot.subtree == "root" else snapshot
+            exemplars = (
+                {} if self.exemplars is None else self.exemplars.take(snapshot.end_ns, paths)
+            )
             self._totals.add(snapshot, exemplars)
             for cursor in self._cursors:
                 cursor.pending.add(snapshot, exemplars)
-        self._pending.clear()
 
     def delta_cursor(self) -> DeltaCursor:
         """Return a new cursor that collects every window added from now on."""
         cursor = DeltaCursor(self)
         with self.lock:
-            self._add_pending()
+            self._add_queued()
             self._cursors.append(cursor)
         return cursor
 
     def series(self) -> dict[str, Series]:
         """Return a copy of every path's cumulative series."""
         with self.lock:
-            self._add_pending()
+            self._add_queued()
             return {path: s.copy() for path, s in self._totals.series.items()}
 
     def labels(self, path: str) -> dict[str, str | int]:
@@ -227,7 +253,7 @@ class CumulativeHistograms:
         """
         dropped = self.dropped_spans()
         with self.lock:
-            self._add_pending()
+            self._add_queued()
             if cursor is None:
                 totals = Totals(self._totals.start_ns, self._totals.time_ns)
                 totals.series = {path: s.copy() for path, s in self._totals.series.items()}

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import threading
 import time
 import weakref
 from types import ModuleType
@@ -81,7 +80,7 @@ class ExportPipeline:
         self.settings = settings
         self.incidents = incidents
         self.histograms = CumulativeHistograms(
-            resource, attributes, lambda: incidents.dropped_spans, ExemplarProcessor(incidents)
+            resource, attributes, incidents, ExemplarProcessor(incidents)
         )
         self.processor: ExportingSpanProcessor | None = None
         self.pusher: MetricPusher | None = None
@@ -148,7 +147,7 @@ class ExportPipeline:
         outputs.on_shutdown.insert(0, self.shutdown)
 
     def on_reset(self, snapshot: Snapshot) -> None:
-        """Add a window to the totals and ask for a push; returns at once."""
+        """Queue a window for the totals and ask for a push; constant work, returns at once."""
         if self._forked:
             return
         self.histograms.add(snapshot)
@@ -196,6 +195,8 @@ class ExportPipeline:
                 pusher.close()
 
         finished = bounded(close_all, limit, self.incidents, "export shutdown")
+        self.histograms.close()
+        sdk_logs.release()  # records logged by exporters still in flight pass unfolded
         if not finished:  # the process may exit under what is still in flight: count it lost
             if self.processor is not None:
                 self.processor.counting.settle(self.processor.accepted)
@@ -205,7 +206,6 @@ class ExportPipeline:
     def after_fork_in_child(self) -> None:
         """Stop metrics in a forked child; its spans still go (the SDK restarts its worker)."""
         self._forked = True
-        self.histograms.lock = threading.Lock()
         if self.pusher is not None:
             self.pusher.after_fork_in_child()
 

@@ -6,6 +6,7 @@ renders these same definitions, so a name or a label is written here once.
 
 from __future__ import annotations
 
+from looptrace._export.encodable import encodable
 from looptrace._stats.attributes import PATH, SPAN_NAME
 
 DURATION_METRIC = "looptrace.section.duration"
@@ -24,5 +25,10 @@ QUANTILES = (("0.5", "p50"), ("0.9", "p90"), ("0.99", "p99"))  # label value, Se
 
 
 def section_attributes(path: str, base: dict[str, int]) -> dict[str, str | int]:
-    """Return the attributes of a section's points: path, span name, then `base` (the rank)."""
+    """Return the attributes of a section's points: path, span name, then `base` (the rank).
+
+    A path that cannot be encoded is escaped (see `encodable`), so it never fails a push or
+    a scrape.
+    """
+    path = encodable(path)
     return {PATH: path, SPAN_NAME: path.rsplit(".", 1)[-1], **base}

@@ -23,6 +23,7 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
 from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult, MetricsData
 from opentelemetry.sdk.trace.export import SpanExporter
 
+from looptrace._export import sdk_logs
 from looptrace._export.coalesced import Coalesced
 from looptrace._export.otlp_settings import OtlpSettings
 from looptrace._stats.health import Incidents
@@ -129,7 +130,8 @@ class MetricPusher:
         """Stop the thread after the pending push and shut the exporter down."""
         self._pushes.close()
         try:
-            self._exporter.shutdown()
+            with sdk_logs.ours():
+                self._exporter.shutdown()
         except Exception:
             self._incidents.failed("OTLP metric exporter shutdown")
 
@@ -142,11 +144,12 @@ class MetricPusher:
     def _push(self, ticket: int) -> None:
         try:
             data = self._build()
-            result = (
-                MetricExportResult.SUCCESS  # nothing recorded yet: nothing to deliver
-                if data is None
-                else self._exporter.export(data, timeout_millis=self._timeout_ms)
-            )
+            with sdk_logs.ours():
+                result = (
+                    MetricExportResult.SUCCESS  # nothing recorded yet: nothing to deliver
+                    if data is None
+                    else self._exporter.export(data, timeout_millis=self._timeout_ms)
+                )
         except Exception:
             if not self._pushes.closed:  # raised when close() shut the exporter down under it
                 self._incidents.failed("OTLP metric export")

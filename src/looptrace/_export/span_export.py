@@ -16,6 +16,8 @@ from collections.abc import Callable, Sequence
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
+from looptrace._export import sdk_logs
+from looptrace._export.encodable import encodable_spans
 from looptrace._export.settings import BatchSettings
 from looptrace._stats.health import Incidents
 
@@ -35,12 +37,16 @@ class CountingSpanExporter(SpanExporter):
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         """Export a batch; a failure or an exception counts every span of it as dropped.
 
+        Text that cannot be encoded (a lone surrogate) is escaped in a copy of its span, so
+        one odd name never fails the batch.
+
         An exporter shut down under a batch in flight (a gRPC channel closed by a shutdown that
         stopped waiting for a stalled collector) raises: those spans are lost as any undelivered
         ones are, not an internal error.
         """
         try:
-            result = self.inner.export(spans)
+            with sdk_logs.ours():
+                result = self.inner.export(encodable_spans(spans))
         except Exception:
             if not self.closing:
                 self._incidents.failed(f"{type(self.inner).__name__}.export")
@@ -58,11 +64,13 @@ class CountingSpanExporter(SpanExporter):
     def shutdown(self) -> None:
         """Shut the wrapped exporter down."""
         self.closing = True
-        self.inner.shutdown()
+        with sdk_logs.ours():
+            self.inner.shutdown()
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         """Flush the wrapped exporter."""
-        return self.inner.force_flush(timeout_millis)
+        with sdk_logs.ours():
+            return self.inner.force_flush(timeout_millis)
 
     def after_fork_in_child(self) -> None:
         """Start counting afresh, with a fresh lock, in a forked child."""
@@ -133,7 +141,7 @@ class ExportingSpanProcessor(BatchSpanProcessor):
             self.timeout_s if timeout_millis is None else min(self.timeout_s, timeout_millis / 1e3)
         )
         flush = super().force_flush
-        return bounded(flush, limit, self._incidents, "span flush")
+        return bounded(sdk_logs.as_ours(flush), limit, self._incidents, "span flush")
 
     def shutdown(self) -> None:
         """Export what is queued within the timeout, then count what was not delivered."""
@@ -145,7 +153,7 @@ class ExportingSpanProcessor(BatchSpanProcessor):
         work: Callable[[], object] = super().shutdown  # an SDK without the batch processor
         if inner is not None:
             work = functools.partial(inner.shutdown, timeout_millis=timeout_ms)
-        bounded(work, self.timeout_s, self._incidents, "span exporter shutdown")
+        bounded(sdk_logs.as_ours(work), self.timeout_s, self._incidents, "span exporter shutdown")
         self.counting.settle(self.accepted)
 
     def after_fork_in_child(self) -> None:

@@ -23,6 +23,8 @@ class Health:
             carries the totals again, so a failure loses no counts while a later one succeeds).
         slow_laps_suppressed: slow laps not traced because the rate cap was spent (at most one
             lap in 20 of a timer, on average, is traced for being slow).
+        dropped_windows: `reset()` windows an output (a metrics total, the snapshot file) did
+            not take because it was too far behind; the snapshot file records the gap.
 
     """
 
@@ -32,6 +34,7 @@ class Health:
     dropped_spans: int = 0
     failed_metric_pushes: int = 0
     slow_laps_suppressed: int = 0
+    dropped_windows: int = 0
 
 
 class Incidents:
@@ -43,6 +46,7 @@ class Incidents:
         self.dropped_spans = 0
         self.failed_metric_pushes = 0
         self.slow_laps_suppressed = 0
+        self.dropped_windows = 0
         self._seen: set[str] = set()
         self._lock = threading.Lock()
 
@@ -83,6 +87,19 @@ class Incidents:
                 "looptrace: a metrics push could not be delivered; the next push carries the "
                 "totals again, and further failures are counted in "
                 "lt.health().failed_metric_pushes, not logged"
+            )
+
+    def windows_dropped(self, output: str, reason: str) -> None:
+        """Count one window an output did not take; log the first per output as a warning."""
+        with self._lock:
+            self.dropped_windows += 1
+            first = f"window:{output}" not in self._seen
+            self._seen.add(f"window:{output}")
+        if first:
+            _log.warning(
+                "looptrace: a reset() window was dropped: %s (training goes on; further drops "
+                "are counted in lt.health().dropped_windows, not logged)",
+                reason,
             )
 
     def slow_lap_suppressed(self) -> None:

@@ -1,0 +1,153 @@
+"""The snapshot file: each `reset()` window as one JSON line, written off the training thread."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import socket
+import weakref
+from pathlib import Path
+from typing import Any
+
+from looptrace._distributed.ranks import RankInfo
+from looptrace._export.coalesced import Coalesced
+from looptrace._export.line_file import FLUSH_TIMEOUT_S, LineFile, loss_line
+from looptrace._export.records import SNAPSHOT_KIND, SNAPSHOT_VERSION
+from looptrace._export.window_queue import WindowQueue
+from looptrace._stats.health import Incidents
+from looptrace._stats.snapshot import Snapshot
+
+
+class SnapshotFileWriter:
+    """An `Outputs.on_reset` sink writing each window's snapshot as one JSON line.
+
+    A line holds `kind`, `version`, `step` (the outermost laps completed when the window
+    closed, so its spans have `looptrace.step` below it), `time` (its end, epoch seconds),
+    `start_ns`, `end_ns`, `rank`, `world_size`, `host` and `stats` (path -> the `SectionStats`
+    fields; undefined values as null), for `reset(across_ranks=True)` windows
+    `across_ranks` (path -> the `SectionSpread` as a dict), and for a `timer.reset()` window
+    `subtree` (that timer's path; its `step` counts that subtree's laps). A window in which
+    nothing was measured writes no line.
+
+    `reset()` only queues its window; a thread of its own encodes and writes the lines, in
+    order. Windows dropped because it fell `MAX_QUEUED_WINDOWS` behind, or that could not be
+    written, are recorded by a loss line (`{"kind": "looptrace.lost", "windows": N}`).
+    """
+
+    def __init__(self, path: Path, rank: RankInfo, incidents: Incidents | None = None) -> None:
+        self._file = LineFile(path, "snapshot_file")
+        self._incidents = incidents or Incidents()
+        self._unrecorded = 0  # windows lost and not yet recorded in the file (writer thread)
+        self._rank = rank
+        self._host = socket.gethostname()
+        self.path = path
+        self._queue = WindowQueue(self._incidents, f"snapshot file {path}")
+        self._writes = Coalesced(self._write_queued, "looptrace-snapshot-file")
+        if hasattr(os, "register_at_fork"):
+            ref = weakref.ref(self)
+
+            def renew() -> None:  # the parent's windows are the parent's to write
+                writer = ref()
+                if writer is not None:
+                    writer._queue.after_fork_in_child()
+                    writer._writes.after_fork_in_child(closed=writer._writes.closed)
+
+            os.register_at_fork(after_in_child=renew)
+
+    def __call__(self, snapshot: Snapshot) -> None:
+        """Queue `snapshot` for its line (none for an empty window); constant work."""
+        self._queue.put(snapshot)
+        self._writes.request()
+
+    def flush(self, timeout_s: float) -> bool:
+        """Write every window queued so far; return whether that finished within `timeout_s`."""
+        return self._writes.wait(self._writes.request(), timeout_s)
+
+    def close(self) -> None:
+        """Write the queued windows (within `FLUSH_TIMEOUT_S`), record losses, close the file.
+
+        A writer stalled in the filesystem keeps the file: its windows are counted as dropped.
+        """
+        finished = self.flush(FLUSH_TIMEOUT_S)
+        self._writes.close()
+        if not finished:
+            windows, _ = self._queue.take()
+            for _window in windows:
+                self._incidents.windows_dropped(
+                    f"snapshot file {self.path}", f"cannot write to {self.path} in time"
+                )
+            return
+        with contextlib.suppress(OSError):
+            self._file.write(loss_line("windows", self._unrecorded))
+            self._unrecorded = 0
+        self._file.close()
+
+    def remove(self) -> None:
+        """Close the file and delete it if it was created for this writer."""
+        self._writes.close()
+        self._file.remove()
+
+    def _write_queued(self, _ticket: int) -> None:
+        windows, dropped = self._queue.take()
+        for snapshot in windows:
+            try:
+                self._write(snapshot)
+            except Exception:
+                self._incidents.failed(f"snapshot file {self.path}")
+                self._unrecorded += 1
+        self._unrecorded += dropped  # dropped after the windows taken: recorded after them
+
+    def _write(self, snapshot: Snapshot) -> None:
+        if not snapshot:
+            return
+        record = {
+            "kind": SNAPSHOT_KIND,
+            "version": SNAPSHOT_VERSION,
+            "step": snapshot.step,
+            "time": snapshot.end_ns / 1e9,
+            "start_ns": snapshot.start_ns,
+            "end_ns": snapshot.end_ns,
+            "rank": self._rank.rank,
+            "world_size": self._rank.world_size,
+            "host": self._host,
+            "stats": {path: _finite(stats.to_dict()) for path, stats in snapshot.items()},
+        }
+        if snapshot.subtree != "root":  # timer.reset(): the window of that timer's subtree
+            record["subtree"] = snapshot.subtree
+        if snapshot.across_ranks is not None:  # reset(across_ranks=True): the job's spread
+            record["across_ranks"] = {
+                path: _json_safe(spread.to_dict()) for path, spread in snapshot.across_ranks.items()
+            }
+        line = json.dumps(record, separators=(",", ":")).encode() + b"\n"
+        try:
+            self._file.write(loss_line("windows", self._unrecorded) + line)
+        except OSError as error:
+            self._unrecorded += 1
+            self._incidents.write_failed(
+                f"snapshot file {self.path}",
+                f"cannot write a window to {self.path}: {error.strerror}; lost windows are "
+                "counted in lt.health().internal_errors and recorded in the file when it can "
+                "be written again",
+            )
+            return
+        self._unrecorded = 0
+
+
+def _json_safe(value: Any) -> Any:
+    """Return `value` with every NaN, at any depth, as None (JSON has no NaN)."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _json_safe(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(item) for item in value]
+    return value
+
+
+def _finite(stats: dict[str, Any]) -> dict[str, Any]:
+    return {
+        key: None if isinstance(value, float) and math.isnan(value) else value
+        for key, value in stats.items()
+    }
