@@ -185,7 +185,7 @@ class Snapshot(Mapping[str, SectionStats]):
 
         """
         chosen = _chosen(stats)
-        levels = _path_levels(sep)
+        levels = path_levels(sep)
         head = f"{prefix}{sep}" if prefix else ""
         flat: dict[str, float] = {}
         for path, section in self.items():
@@ -225,7 +225,7 @@ def _chosen(stats: Iterable[str]) -> tuple[str, ...]:
     return tuple(stat for stat in METRIC_STATS if stat in wanted)
 
 
-def _path_levels(sep: str) -> Callable[[str], str]:
+def path_levels(sep: str) -> Callable[[str], str]:
     """Return the function writing a path's levels joined by `sep`, each escaped for it.
 
     With `sep="."` a path is written as it is. Otherwise `%` and every character of `sep`
