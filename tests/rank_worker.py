@@ -1,10 +1,11 @@
 """One rank of a real torch.distributed (gloo, CPU) job, run by tests/test_distributed.py.
 
 Usage: ``python rank_worker.py STORE OUT [LISTED]`` with ``RANK`` and ``WORLD_SIZE`` set as
-torchrun sets them. The rank drives a looptrace on a fake clock through the windows below, each
-closed by ``reset(across_ranks=True)``, and writes what every reset returned, and the
-collective calls and bytes each reset moved (counted at torch.distributed's all_reduce and
-all_gather), to OUT as JSON. LISTED, when given, replaces
+torchrun sets them; ``python rank_worker.py STORE OUT skipped`` or ``... fault AFTER`` runs the
+realignment scenarios instead (see `scenario`). The rank drives a looptrace on a fake clock
+through the windows below, each closed by ``reset(across_ranks=True)``, and writes what every
+reset returned, and the collective calls and bytes each reset moved (counted at
+torch.distributed's all_reduce and all_gather), to OUT as JSON. LISTED, when given, replaces
 `looptrace._distributed.collectives.LISTED`, so that small jobs take the bitmap path of
 absent ranks.
 """
@@ -12,6 +13,7 @@ absent ranks.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 from collections.abc import Callable
@@ -150,6 +152,92 @@ def main(store: str, out: str, listed: str | None = None) -> None:
         json.dump(results, file)
 
 
+# --- realignment: a rank that skips a reduce, a rank that fails between collectives ---
+
+SCENARIO_WINDOWS = 6
+ODD_WINDOW = 2  # the window rank 1 resets without across_ranks=True, or fails in
+
+
+def scenario_window(cap: Capture, index: int, rank: int) -> None:
+    """Time one window: a step whose length tells windows and ranks apart, a new path at 2."""
+    train = cap.lt.timer("train")
+    with train.section("step"):
+        cap.clock.advance(0.1 * (index + 1) + 0.01 * rank)
+    if index == ODD_WINDOW:  # a path new to every rank: the table grows in this reduce
+        with cap.lt.timer("eval").section("batch"):
+            cap.clock.advance(0.05)
+
+
+def inject_fault(after: int) -> Callable[[], None]:
+    """Make this rank's next reduce raise before its collective number `after` (from 0)."""
+    original = _collectives._Wire.all_reduce
+    calls = [0]
+
+    def failing(self: Any, tensor: Any, op: Any) -> None:
+        calls[0] += 1
+        if calls[0] == after + 1:
+            raise RuntimeError("injected between collectives")
+        original(self, tensor, op)
+
+    _collectives._Wire.all_reduce = failing  # type: ignore[method-assign]
+
+    def restore() -> None:
+        _collectives._Wire.all_reduce = original  # type: ignore[method-assign]
+
+    return restore
+
+
+class Warnings(logging.Handler):
+    """Keep the messages of looptrace's warnings."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Keep the record's message."""
+        self.messages.append(record.getMessage())
+
+
+def scenario(store: str, out: str, name: str, after: str = "0") -> None:
+    """Run `SCENARIO_WINDOWS` windows; at `ODD_WINDOW` rank 1 skips the reduce or fails in it.
+
+    `skipped`: rank 1 closes that window with `reset()` (no across_ranks). `fault`: rank 1's
+    reduce of that window raises before its collective number AFTER.
+    """
+    info = RankInfo.from_env()
+    dist.init_process_group(
+        "gloo", init_method=f"file://{store}", rank=info.rank, world_size=info.world_size
+    )
+    warnings = Warnings()
+    logging.getLogger("looptrace").addHandler(warnings)
+    cap = capture(rank=info)
+    windows = []
+    for index in range(SCENARIO_WINDOWS):
+        scenario_window(cap, index, info.rank)
+        odd = index == ODD_WINDOW and info.rank == 1
+        restore = inject_fault(int(after)) if odd and name == "fault" else None
+        snapshot = cap.lt.reset(across_ranks=not (odd and name == "skipped"))
+        if restore is not None:
+            restore()
+        windows.append(
+            {
+                **result(snapshot),
+                "internal_errors": cap.lt.health().internal_errors,
+                "warnings": list(warnings.messages),
+            }
+        )
+        warnings.messages.clear()
+    cap.lt.shutdown()
+    dist.barrier()
+    dist.destroy_process_group()
+    with open(out, "w") as file:
+        json.dump(windows, file)
+
+
 if __name__ == "__main__":
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    main(*sys.argv[1:])
+    if len(sys.argv) > 3 and sys.argv[3] in ("skipped", "fault"):
+        scenario(*sys.argv[1:])
+    else:
+        main(*sys.argv[1:])

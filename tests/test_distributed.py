@@ -75,8 +75,13 @@ def presence(across: dict[str, dict[str, Any]]) -> dict[str, tuple[int, list[int
 # --- a real job: WORLD processes of tests/rank_worker.py, joined through a file store ---
 
 
-def run_job(world: int, workdir: Path, listed: int | None = None) -> list[dict[str, Any]]:
-    """Run `world` rank processes to the end and return each one's results, in rank order."""
+def run_job(
+    world: int, workdir: Path, listed: int | None = None, scenario: tuple[str, ...] = ()
+) -> list[Any]:
+    """Run `world` rank processes to the end and return each one's results, in rank order.
+
+    `scenario` (`("skipped",)` or `("fault", AFTER)`) runs `rank_worker.scenario` instead.
+    """
     procs = []
     for rank in range(world):
         env = {
@@ -89,6 +94,7 @@ def run_job(world: int, workdir: Path, listed: int | None = None) -> list[dict[s
         }
         command = [sys.executable, str(WORKER), str(workdir / "store"), str(workdir / f"{rank}")]
         command += [] if listed is None else [str(listed)]
+        command += list(scenario)
         procs.append(
             subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         )
@@ -301,3 +307,77 @@ def test_bytes_per_rank_do_not_grow_with_the_world_size(
     # the same paths again: the header and three all_reduces over the 9 agreed paths, and one
     # MIN round naming the single absent (or present) rank of backward and checkpoint
     assert first["steady"] == {"calls": 5, "bytes": header + 9 * per_path + 2 * 8}
+
+
+# --- realignment: a rank that skips a reduce or fails in one; the next reduces still work ---
+
+
+def assert_reduced_alike(windows: list[list[dict[str, Any]]], index: int) -> None:
+    """Window `index` is reduced on every rank, to the plain-Python spread of that window."""
+    per_rank = [local_dict(rank_windows[index]) for rank_windows in windows]
+    expected = reference(per_rank)
+    for rank, rank_windows in enumerate(windows):
+        got = rank_windows[index]
+        assert got["reduced"], (index, rank)
+        across = got["dict"]["across_ranks"]
+        assert presence(across) == presence(expected), (index, rank)
+        assert numbers(across) == pytest.approx(numbers(expected), rel=1e-12), (index, rank)
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_a_skipped_reduce_is_warned_once_then_realigned(world: int, tmp_path: Path) -> None:
+    """Rank 1 resets without across_ranks: a warning on each rank, then all reduce one window."""
+    windows = run_job(world, tmp_path, scenario=("skipped",))
+    odd = rank_worker.ODD_WINDOW
+    for index in (0, 1, odd + 2, odd + 3):
+        assert_reduced_alike(windows, index)
+    assert [[w["reduced"] for w in rank_windows[odd : odd + 2]] for rank_windows in windows] == [
+        [False, False]
+    ] * world
+    # rank 1 closed window 3 alone: its 4th window met the others' 3rd; every rank skipped it
+    # and says so once, and the ranks behind skipped their next reduce
+    for rank, rank_windows in enumerate(windows):
+        said = [(index, w["warnings"]) for index, w in enumerate(rank_windows) if w["warnings"]]
+        mine = 4 if rank == 1 else 3
+        assert said == [
+            (
+                odd + (rank == 1),
+                [
+                    f"looptrace: reset(across_ranks=True) closes window {mine} of this rank "
+                    "while the ranks' windows run from 3 to 4 (a rank reset without "
+                    "across_ranks=True or could not take part in a reduce): no rank reduces "
+                    "this window, and the ranks behind skip as many reduces as they are "
+                    "behind, so that the next ones reduce the same window on every rank"
+                ],
+            )
+        ], rank
+        assert rank_windows[-1]["internal_errors"] == 0
+
+
+@pytest.mark.parametrize(
+    ("world", "after"),
+    [(3, 0), (3, 2), (2, 5), (3, 6)],
+    ids=["before-header", "at-names", "at-sums", "at-slowest"],
+)
+def test_a_failure_between_collectives_leaves_every_rank_able_to_reduce(
+    world: int, after: int, tmp_path: Path
+) -> None:
+    """Rank 1 raises before its collective AFTER: no rank reduces that window, later ones work."""
+    windows = run_job(world, tmp_path, scenario=("fault", str(after)))
+    odd = rank_worker.ODD_WINDOW
+    for index in range(rank_worker.SCENARIO_WINDOWS):
+        if index != odd:
+            assert_reduced_alike(windows, index)
+    for rank, rank_windows in enumerate(windows):
+        failed = rank_windows[odd]
+        assert not failed["reduced"], rank
+        assert failed["internal_errors"] == (rank == 1), rank
+        assert rank_windows[-1]["internal_errors"] == (rank == 1), rank
+        assert failed["warnings"] == (
+            ["looptrace: internal error in reset(across_ranks=True) (further ones are counted)"]
+            if rank == 1
+            else [
+                "looptrace: a rank failed during reset(across_ranks=True): no rank reduces "
+                "this window"
+            ]
+        ), rank

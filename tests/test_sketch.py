@@ -7,7 +7,11 @@ import random
 
 import pytest
 
-from looptrace._stats.sketch import _LAST, RELATIVE_ACCURACY, QuantileSketch
+from looptrace._stats.sketch import _LAST, MAX_NS, RELATIVE_ACCURACY, QuantileSketch
+from looptrace.testing import Capture
+
+HOUR_S = 3600
+DAY_S = 24 * HOUR_S
 
 
 def _exact(values: list[int], q: float) -> float:
@@ -71,3 +75,52 @@ def test_sorted_batches_fill_the_bins_one_add_per_value_fills() -> None:
     batched.add_sorted(values)
     assert batched.bins == one_by_one.bins
     assert batched.count == one_by_one.count == len(values)
+
+
+def _laps(cap: Capture, seconds: list[int]) -> None:
+    """Lap `root.long.step` once per duration on the fake clock."""
+    long = cap.lt.timer("long")
+    for duration in seconds:
+        with long.section("step"):
+            cap.clock.advance(duration)
+
+
+@pytest.mark.parametrize(
+    ("low_s", "high_s"),
+    [(HOUR_S, 10 * HOUR_S), (DAY_S, 30 * DAY_S)],
+    ids=["1-10-hours", "1-30-days"],
+)
+def test_long_sections_keep_one_percent(cap: Capture, low_s: int, high_s: int) -> None:
+    """5,000 laps of hours (or days) each, past the exact range: p50/p90/p99 within 1 %."""
+    rng = random.Random(low_s)
+    seconds = [rng.randint(low_s, high_s) for _ in range(5_000)]
+    _laps(cap, seconds)
+    stats = cap.lt.reset()["root.long.step"]
+    assert stats.count == 5_000
+    assert (stats.min, stats.max) == (min(seconds), max(seconds))
+    for q, got in ((0.5, stats.p50), (0.9, stats.p90), (0.99, stats.p99)):
+        exact = _exact(seconds, q)
+        assert abs(got - exact) / exact <= RELATIVE_ACCURACY, (q, got, exact)
+
+
+def test_every_duration_a_nanosecond_clock_holds_keeps_one_percent() -> None:
+    """Quantiles of one duration per power of two from 1 ns to 2^63 ns are each within 1 %."""
+    for power in range(64):
+        value = min(2**power, MAX_NS - 1)
+        sketch = QuantileSketch()
+        sketch.add_sorted([value])
+        assert sketch.quantile(0.5) == pytest.approx(value, rel=RELATIVE_ACCURACY), power
+
+
+def test_memory_stays_fixed_from_nanoseconds_to_days() -> None:
+    """Values from 1 ns to 30 days fill at most the sketch's bins; more values add no bin."""
+    rng = random.Random(5)
+    top = 30 * DAY_S * 10**9
+    sketch = QuantileSketch()
+    sketch.add_sorted(sorted(int(10 ** rng.uniform(0, math.log10(top))) for _ in range(200_000)))
+    filled = len(sketch.bins)
+    assert filled <= 2_000  # log(30 days / 1 ns) / log(1.0202): ~1,790 buckets in range
+    sketch.add_sorted(sorted(rng.randint(1, top) for _ in range(200_000)))
+    sketch.add(2**70)  # beyond any clock: counted in the top bin
+    assert len(sketch.bins) <= filled + 1
+    assert sketch.count == 400_001

@@ -8,8 +8,12 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from looptrace import RankSpread, SectionSpread, SectionStats, Snapshot
+from looptrace._stats.snapshot import METRIC_STATS
+from looptrace._stats.spread import SPREAD_STATS
 from looptrace.testing import Capture
 
 
@@ -176,15 +180,83 @@ def test_as_metrics_chosen_stats_with_cross_rank_data() -> None:
         ({"stats": ("mean", "p95")}, "unknown statistic(s) 'p95'; choose from count, total"),
         ({"stats": "median"}, "unknown statistic(s) 'median'"),
         ({"sep": ""}, "as_metrics(sep=...) must not be empty"),
+        ({"sep": "%"}, "as_metrics(sep='%'): a separator must not hold '%', ASCII letters"),
+        ({"sep": "_x_"}, "as_metrics(sep='_x_'): a separator must not hold '%', ASCII letters"),
+        ({"sep": "/1"}, "as_metrics(sep='/1'): a separator must not hold '%', ASCII letters"),
     ],
 )
 def test_as_metrics_rejects_unknown_stats_and_empty_separator(
     cap: Capture, kwargs: dict[str, Any], message: str
 ) -> None:
-    """An unknown statistic or an empty separator is a ValueError naming it."""
+    """An unknown statistic, an empty separator or one holding escape characters: ValueError."""
     snap = _one_section(cap)
     with pytest.raises(ValueError, match=re.escape(message)):
         snap.as_metrics(**kwargs)
+
+
+_LAP = SectionStats(
+    count=1, total=0.5, mean=0.5, min=0.5, max=0.5, std=0.0, p50=0.5, p90=0.5, p99=0.5,
+    self_time=0.5, errors=0, buckets=(1,),
+)  # fmt: skip
+_SPREAD = SectionSpread(2, (), *(_spread(1.0, 2.0, 1.5, 1) for _ in range(6)))
+
+
+def _laps(paths: list[str], *, across_ranks: bool = False) -> Snapshot:
+    """Return a snapshot in which every path ran one lap (on two ranks, `across_ranks`)."""
+    spreads = dict.fromkeys(paths, _SPREAD) if across_ranks else None
+    lap = dict.fromkeys(paths, _LAP)
+    return Snapshot(lap, start_ns=0, end_ns=1, rank=0, across_ranks=spreads)
+
+
+def test_separator_inside_a_name_is_escaped() -> None:
+    """sep="/": root.t.a/b and root.t.a.b keep distinct keys; '%' and '/' are %-encoded."""
+    snap = _laps(["root.t.a.b", "root.t.a/b", "root.t.50%"], across_ranks=True)
+    flat = snap.as_metrics(prefix="timing", stats=("total",), sep="/")
+    assert flat == {
+        "timing/root/t/a/b/total": 0.5,
+        "timing/root/t/a%2Fb/total": 0.5,
+        "timing/root/t/50%25/total": 0.5,
+        **{
+            f"timing/{name}/{key}": value
+            for name in ("root/t/a/b", "root/t/a%2Fb", "root/t/50%25")
+            for key, value in (
+                ("ranks", 2.0),
+                ("total/min_rank", 1.0),
+                ("total/max_rank", 2.0),
+                ("total/mean_rank", 1.5),
+                ("total/slowest_rank", 1.0),
+            )
+        },
+    }
+    # the default separator writes paths as they are
+    assert "timing.root.t.a/b.total" in snap.as_metrics()
+    assert "timing.root.t.50%.total" in snap.as_metrics()
+
+
+# Separators a logger might use, and odd ones: any text without '%', ASCII letters or digits.
+separators = st.one_of(
+    st.sampled_from([".", "/", "_", "__", "-", ":", "::", " ", "./", "→"]),
+    st.text(
+        st.characters(exclude_characters="%", exclude_categories=("Cs",)).filter(
+            lambda c: not (c.isascii() and c.isalnum())
+        ),
+        min_size=1,
+        max_size=3,
+    ),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data(), separators, st.sampled_from(["", "t"]))
+def test_distinct_paths_give_distinct_keys(data: st.DataObject, sep: str, prefix: str) -> None:
+    """For any section names and separator, every (path, statistic) has a key of its own."""
+    alphabet = sorted({*sep, *"a.%2F"})  # names made of the separator, dots and escapes
+    paths = data.draw(
+        st.lists(st.text(st.sampled_from(alphabet), max_size=5), unique=True, max_size=8)
+    )
+    flat = _laps(paths, across_ranks=True).as_metrics(prefix=prefix, sep=sep)
+    per_path = len(METRIC_STATS) + 1 + 4 * len(SPREAD_STATS)  # stats, ranks, spreads
+    assert len(flat) == len(paths) * per_path
 
 
 def test_step_is_the_lap_index_of_the_outermost_timer_at_the_cut(cap: Capture) -> None:

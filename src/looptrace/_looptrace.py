@@ -105,7 +105,7 @@ class Looptrace:
                 closed = Snapshot(
                     {}, start_ns=0, end_ns=0, rank=self.rank.rank, subtree=subtree or "root"
                 )
-                return reduce_or_keep(closed, self._incidents) if across_ranks else closed
+                return reduce_or_keep(closed, self._incidents, reduce=across_ranks)
             engine.windows.close(now, final=final, subtree=subtree)
             if final:
                 engine.closed = True
@@ -118,8 +118,7 @@ class Looptrace:
                 step=engine.windows.steps_done(subtree),
                 subtree=subtree,
             )
-        if across_ranks:
-            snapshot = reduce_or_keep(snapshot, self._incidents)
+        snapshot = reduce_or_keep(snapshot, self._incidents, reduce=across_ranks)  # counts it
         for sink in self._outputs.on_reset:
             try:
                 sink(snapshot)

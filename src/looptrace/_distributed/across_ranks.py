@@ -13,6 +13,13 @@ timed different sections never wait on each other, and no rank receives another'
 3. for a path that some but not all ranks ran, the smaller side is named one rank per round
    while it has at most `LISTED` ranks, else by one bitmap of the world's ranks.
 
+The header also carries the number of windows the subtree closed on each rank, so that ranks
+whose reduces close different windows skip that reduce alike and realign
+(`looptrace._distributed.windows`); and a rank that fails between two collectives still runs
+the ones the others wait in, with values that make every rank drop the window
+(`looptrace._distributed.collectives`), so a failed reduce leaves every rank able to run the
+next one.
+
 Steps 1 and 2 move `32 + 248 x paths` bytes per rank in a window with no new path, whatever
 the world size (`looptrace._distributed.collectives.TRAFFIC` counts them). torch is
 imported only when the program has imported `torch.distributed` already, so looptrace works,
@@ -25,37 +32,54 @@ import functools
 import logging
 import sys
 
+from looptrace._distributed.windows import WINDOWS, Skipped
 from looptrace._stats.health import Incidents
 from looptrace._stats.snapshot import Snapshot
 
 _log = logging.getLogger("looptrace")
 
 
-def reduce_or_keep(snapshot: Snapshot, incidents: Incidents) -> Snapshot:
-    """Return `snapshot` reduced across ranks; never raises into the caller.
+def reduce_or_keep(snapshot: Snapshot, incidents: Incidents, *, reduce: bool = True) -> Snapshot:
+    """Count the window `snapshot` closes; return it reduced across ranks when `reduce`.
 
-    Without an initialised process group the snapshot comes back unchanged, its
-    `across_ranks` None (logged once at INFO). A failing collective is counted in
-    `internal_errors` and also gives the local snapshot.
+    Never raises into the caller. Without an initialised process group the snapshot comes
+    back unchanged, its `across_ranks` None (logged once at INFO). When the ranks' reduces
+    close different windows, or a rank fails during one, every rank keeps its local snapshot
+    for that window (a warning) and the next reduce works on every rank; a failure of this
+    rank is counted in `internal_errors`.
     """
+    window = WINDOWS.close(snapshot.subtree)
+    if not reduce:
+        return snapshot
+    if WINDOWS.take_owed(snapshot.subtree):  # realigning: the other ranks are a window ahead
+        return snapshot
     try:
-        return reduce_across_ranks(snapshot)
+        return reduce_across_ranks(snapshot, window)
+    except Skipped as why:
+        _log.warning("looptrace: %s", why)
+        return snapshot
     except Exception:
         incidents.failed("reset(across_ranks=True)")
         return snapshot
 
 
-def reduce_across_ranks(snapshot: Snapshot) -> Snapshot:
+def reduce_across_ranks(snapshot: Snapshot, window: int = 0) -> Snapshot:
     """Return a copy of `snapshot` whose `across_ranks` holds the spread of every path.
 
     A collective: every rank of `torch.distributed`'s default group must call it at the same
-    point. Without an initialised group it returns `snapshot` itself.
+    point, with the same `window` (the number of windows of its subtree it closed). Without
+    an initialised group it returns `snapshot` itself.
+
+    Raises:
+        Skipped: the ranks' windows differ, or another rank failed in this reduce: no rank
+            reduced this window.
+
     """
     if "torch.distributed" not in sys.modules:  # nobody can have initialised a group
         return _local(snapshot)
     from looptrace._distributed import collectives as _collectives  # noqa: PLC0415 - torch extra
 
-    reduced = _collectives.reduce(snapshot)
+    reduced = _collectives.reduce(snapshot, window)
     return _local(snapshot) if reduced is None else reduced
 
 

@@ -6,6 +6,7 @@ Imported only once the program has imported `torch.distributed` (see
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 from dataclasses import dataclass
@@ -14,6 +15,13 @@ import torch
 import torch.distributed as dist
 
 from looptrace._distributed.path_table import PathTable
+from looptrace._distributed.windows import (
+    WINDOW_BITS,
+    WINDOWS,
+    Misaligned,
+    PeerFailed,
+    Skipped,
+)
 from looptrace._stats.snapshot import Snapshot
 from looptrace._stats.spread import SPREAD_STATS, RankSpread, SectionSpread
 
@@ -41,37 +49,137 @@ TRAFFIC = Traffic()
 
 
 class _Wire:
-    """The collectives of one reduction, on the backend's device, counted in `TRAFFIC`."""
+    """The collectives of one reduction, on the backend's device, counted in `TRAFFIC`.
 
-    __slots__ = ("device",)
+    It keeps what each collective returned. When this rank fails between two collectives,
+    `replay()` lets the reduction run again from the start: the collectives already done
+    give back what they returned, with no traffic, and the next one sends a mark every rank
+    sees in the result (`_mark`: the type's extreme for MAX and MIN, NaN for a SUM of
+    floats), so every rank drops the reduction after that same collective and the ranks stay
+    in step for the next one.
+    """
+
+    __slots__ = ("device", "done", "script")
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
+        self.done: list[torch.Tensor] = []
+        self.script: list[torch.Tensor] | None = None
+
+    def replay(self) -> None:
+        """Run the reduction again, replaying the collectives done, marking the next."""
+        self.script, self.done = self.done, []
 
     def all_reduce(self, tensor: torch.Tensor, op: dist.ReduceOp.RedOpType) -> None:
-        """Reduce `tensor` in place across the default group."""
+        """Reduce `tensor` in place across the default group.
+
+        Raises:
+            PeerFailed: a rank marked the result (on every rank alike).
+
+        """
+        script = self.script
+        if script is not None and script:  # done before this rank failed: the same result
+            result = script.pop(0)
+            if result.shape != tensor.shape:
+                raise RuntimeError("looptrace: a replayed collective took another shape")
+            tensor.copy_(result)
+            self.done.append(result)
+            return
+        if script is not None:
+            _mark(tensor, op)
         TRAFFIC.calls += 1
         TRAFFIC.bytes += tensor.nbytes
-        if tensor.numel() == 0:
-            return
-        if self.device.type == "cpu":
-            dist.all_reduce(tensor, op=op)
-            return
-        moved = tensor.to(self.device)
-        dist.all_reduce(moved, op=op)
-        tensor.copy_(moved.cpu())
+        if tensor.numel() > 0:
+            if self.device.type == "cpu":
+                dist.all_reduce(tensor, op=op)
+            else:
+                moved = tensor.to(self.device)
+                dist.all_reduce(moved, op=op)
+                tensor.copy_(moved.cpu())
+        self.done.append(tensor.clone())
+        if _marked(tensor, op):
+            raise PeerFailed
 
 
-def reduce(snapshot: Snapshot) -> Snapshot | None:
-    """Return a copy of `snapshot` with `across_ranks`; None without an initialised group."""
+def _mark_of(tensor: torch.Tensor, op: dist.ReduceOp.RedOpType) -> float | int | None:
+    """Return what a failed rank sends in a collective: no rank sends it, the result shows it.
+
+    MAX and MIN take the type's largest and smallest value (+inf, -inf for floats), a SUM of
+    floats NaN. A SUM of bytes (names, rank bitmaps) cannot be marked: None, the failed rank
+    sends zeros, which add nothing, and the reduction goes on to the next collective.
+    """
+    floating = tensor.dtype.is_floating_point
+    if op == dist.ReduceOp.MAX:
+        return math.inf if floating else torch.iinfo(tensor.dtype).max
+    if op == dist.ReduceOp.MIN:
+        return -math.inf if floating else torch.iinfo(tensor.dtype).min
+    return math.nan if floating else None
+
+
+def _mark(tensor: torch.Tensor, op: dist.ReduceOp.RedOpType) -> None:
+    """Fill `tensor` with the mark of a failed rank (zeros where there is none)."""
+    mark = _mark_of(tensor, op)
+    if mark is None:
+        tensor.zero_()
+    else:
+        tensor.fill_(mark)
+
+
+def _marked(tensor: torch.Tensor, op: dist.ReduceOp.RedOpType) -> bool:
+    """Return whether a failed rank's mark shows in a reduced `tensor`."""
+    mark = _mark_of(tensor, op)
+    if mark is None or tensor.numel() == 0:
+        return False
+    if isinstance(mark, float) and math.isnan(mark):
+        return bool(torch.isnan(tensor).any())
+    return bool((tensor == mark).any())
+
+
+def reduce(snapshot: Snapshot, window: int = 0) -> Snapshot | None:
+    """Return a copy of `snapshot` with `across_ranks`; None without an initialised group.
+
+    `window` is the number of windows of the snapshot's subtree this rank closed. When this
+    rank fails between collectives, it still runs the ones the other ranks wait in (see
+    `_Wire`) and then raises its error.
+
+    Raises:
+        Skipped: the ranks' windows differ, or another rank failed: no rank reduced it.
+
+    """
     if not (dist.is_available() and dist.is_initialized()):
         return None
     wire = _Wire(_device(str(dist.get_backend())))
     rank, world = dist.get_rank(), dist.get_world_size()
     with _LOCK:
-        _TABLE.agree(snapshot, wire.all_reduce, rank=rank, world=world)
-        result = _reduce(snapshot, wire, rank, world)
+        table = _TABLE.state()
+        try:
+            result = _run(snapshot, wire, rank, world, window)
+        except Misaligned as misaligned:
+            if window != misaligned.latest:
+                WINDOWS.owe(snapshot.subtree, _behind(window, misaligned.latest))
+            raise
+        except Skipped:
+            raise
+        except Exception:
+            _TABLE.restore(table)
+            wire.replay()
+            with contextlib.suppress(Exception):  # marked: every rank drops the window
+                _run(Snapshot({}, start_ns=0, end_ns=0, rank=rank), wire, rank, world, window)
+            raise
     return snapshot.with_spreads(result)
+
+
+def _behind(window: int, latest: int) -> int:
+    """Return how many windows `window` is behind `latest` (the count wraps)."""
+    return (latest - window) % (1 << WINDOW_BITS)
+
+
+def _run(
+    snapshot: Snapshot, wire: _Wire, rank: int, world: int, window: int
+) -> dict[str, SectionSpread]:
+    """Agree on the table, then reduce over it; the collectives depend on agreed data only."""
+    _TABLE.agree(snapshot, wire.all_reduce, rank=rank, world=world, window=window)
+    return _reduce(snapshot, wire, rank, world)
 
 
 def _reduce(snapshot: Snapshot, wire: _Wire, rank: int, world: int) -> dict[str, SectionSpread]:
@@ -82,7 +190,8 @@ def _reduce(snapshot: Snapshot, wire: _Wire, rank: int, world: int) -> dict[str,
     for path in snapshot:
         row = _TABLE.index(path)
         stats = snapshot[path]
-        values[row] = [float(getattr(stats, s)) for s in SPREAD_STATS]
+        # an infinite value counts nowhere, as NaN does: +inf and NaN mark a failed rank
+        values[row] = [_finite(float(getattr(stats, s))) for s in SPREAD_STATS]
         running[row] = 1.0
     local = torch.tensor(values, dtype=torch.float64).view(rows, _STATS)
     here = torch.tensor(running, dtype=torch.float64)
@@ -122,6 +231,10 @@ def _reduce(snapshot: Snapshot, wire: _Wire, rank: int, world: int) -> dict[str,
     if rows > 2 * len(present) + 64:  # paths gone from every rank: forget them alike
         _TABLE.keep(present)
     return result
+
+
+def _finite(value: float) -> float:
+    return value if math.isfinite(value) else math.nan
 
 
 def _absent(

@@ -7,7 +7,9 @@ names in one byte buffer (`all_reduce` SUM, one writer per row): the bytes depen
 paths are new, never on the world size. Two names hashed to one slot are a collision the
 next round resolves: the losing name is still new and claims a slot again.
 
-Each reduction starts with a fingerprint of the table (MAX of it and of its negation): when
+Each reduction starts with a header: the window number of every rank (see
+`looptrace._distributed.windows`) packed with the count and width of the new names, and a
+fingerprint of the table (MAX of it and of its negation): when
 the ranks disagree (a rank joined afresh, a collective failed half-way), every rank clears its
 table and the exchange starts again from nothing.
 
@@ -24,10 +26,16 @@ from collections.abc import Callable, Iterable, Sequence
 import torch
 import torch.distributed as dist
 
+from looptrace._distributed.windows import Misaligned, PeerFailed
+
 # An all_reduce that counts what it moves: (tensor, op) -> None, in place.
 AllReduce = Callable[[torch.Tensor, dist.ReduceOp.RedOpType], None]
 
 _MIN_SLOTS = 8
+# The header's first two fields hold a window number above a 32-bit field, with its sign:
+# WINDOW_BITS + _FIELD_BITS < 63 fits a signed 64-bit integer.
+_FIELD_BITS = 32
+_FIELD = 1 << _FIELD_BITS
 _SLOTS_PER_NAME = 4  # a sparse slot vector keeps collisions rare
 
 
@@ -68,18 +76,57 @@ class PathTable:
         self.clear()
         self._add(kept)
 
-    def agree(self, paths: Iterable[str], all_reduce: AllReduce, *, rank: int, world: int) -> None:
-        """Add every rank's `paths` that the table lacks; a collective, the same on every rank."""
+    def state(self) -> list[str]:
+        """Return the paths, to `restore` the table as it is now."""
+        return list(self._names)
+
+    def restore(self, names: list[str]) -> None:
+        """Make the table hold `names` (from `state`) again."""
+        self.clear()
+        self._add(names)
+
+    def agree(
+        self,
+        paths: Iterable[str],
+        all_reduce: AllReduce,
+        *,
+        rank: int,
+        world: int,
+        window: int = 0,
+    ) -> None:
+        """Add every rank's `paths` that the table lacks; a collective, the same on every rank.
+
+        `window` is the number of windows this rank's subtree closed (below 2^30); it shares
+        the header with the number and width of the new names.
+
+        Raises:
+            Misaligned: the ranks' windows differ (on every rank alike).
+
+        """
         local = list(paths)
         while True:
             new = sorted({path for path in local if path not in self._index})
             encoded = [json.dumps(path).encode() for path in new]  # no NUL byte inside
             width = max(map(len, encoded), default=0)
+            if len(new) >= _FIELD or width >= _FIELD:
+                raise ValueError(f"{len(new)} new paths up to {width} bytes: too many to agree on")
+            # MAX of (window, count) and of (-window, width) in 64 bits: the highest window
+            # with the most new names, the lowest window with the widest name
             header = torch.tensor(
-                [len(new), width, self._fingerprint, -self._fingerprint], dtype=torch.int64
+                [
+                    window << _FIELD_BITS | len(new),
+                    -window << _FIELD_BITS | width,
+                    self._fingerprint,
+                    -self._fingerprint,
+                ],
+                dtype=torch.int64,
             )
             all_reduce(header, dist.ReduceOp.MAX)
-            count, width, highest, negated_lowest = (int(v) for v in header.tolist())
+            first, second, highest, negated_lowest = (int(v) for v in header.tolist())
+            latest, earliest = first >> _FIELD_BITS, -(second >> _FIELD_BITS)
+            if latest != earliest:
+                raise Misaligned(window, earliest, latest)
+            count, width = first & (_FIELD - 1), second & (_FIELD - 1)
             if highest != -negated_lowest:
                 self.clear()
                 continue
@@ -114,6 +161,8 @@ class PathTable:
                 data = torch.frombuffer(bytearray(mine[slot]), dtype=torch.uint8)
                 rows[row, : len(data)] = data
         all_reduce(rows, dist.ReduceOp.SUM)
+        if rows.numel() and not bool(rows.any(dim=1).all()):  # a claimed name never came
+            raise PeerFailed
         names = [json.loads(bytes(row.tolist()).rstrip(b"\0")) for row in rows]
         return sorted(names)
 

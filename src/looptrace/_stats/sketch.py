@@ -8,9 +8,11 @@ from typing import Final
 RELATIVE_ACCURACY: Final = 0.01
 _GAMMA: Final = (1 + RELATIVE_ACCURACY) / (1 - RELATIVE_ACCURACY)
 _INV_LOG_GAMMA: Final = 1 / math.log(_GAMMA)
-# Values are integer nanoseconds, so indices run from 0 (1 ns) to ~1,400 (1,000 s): memory per
-# sketch is bounded by the range of durations, never by how many were added.
-_MAX_INDEX: Final = math.ceil(math.log(1e13) * _INV_LOG_GAMMA)
+# Values are integer nanoseconds, so indices run from 0 (1 ns) to 2,184 (2^63 ns, 292 years,
+# the range of a signed 64-bit nanosecond clock): memory per sketch is bounded by the range of
+# durations, never by how many were added, and a days-long section keeps its 1 %.
+MAX_NS: Final = 2**63
+_MAX_INDEX: Final = math.ceil(math.log(MAX_NS) * _INV_LOG_GAMMA)
 # The last integer of each bucket, computed once: a fold needs one per bucket it fills.
 _LAST: Final = [math.floor(_GAMMA**index) for index in range(_MAX_INDEX + 1)]
 # The value each bucket reports, 1 % from both of its ends.
@@ -31,7 +33,7 @@ class QuantileSketch:
         self.count = 0
 
     def add(self, value_ns: int) -> None:
-        """Add one duration in nanoseconds (values below 1 ns count as 1 ns)."""
+        """Add one duration in nanoseconds (below 1 ns counts as 1 ns, above `MAX_NS` as it)."""
         index = bucket_of(value_ns)
         bins = self.bins
         bins[index] = bins.get(index, 0) + 1

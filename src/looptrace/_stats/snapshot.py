@@ -170,29 +170,33 @@ class Snapshot(Mapping[str, SectionStats]):
 
         `stats` chooses the statistics (any of `METRIC_STATS`, in that order) and `sep` joins
         the prefix, the path's levels and the statistic (`sep="/"` groups panels in W&B and
-        TensorBoard). With cross-rank data, every path of any rank adds `{prefix}.{path}.ranks`
-        and `{prefix}.{path}.{stat}.min_rank`, `.max_rank`, `.mean_rank` and `.slowest_rank`
-        for each chosen statistic of `SPREAD_STATS`. Statistics that are undefined for a window
-        (NaN) are left out, since most loggers reject them.
+        TensorBoard). With another `sep` than `"."`, a `%` or a character of `sep` inside a
+        section name is percent-encoded (`%25`, `/` as `%2F`), so distinct paths always give
+        distinct keys: `root.t.a/b` is `timing/root/t/a%2Fb/total`, `root.t.a.b` is
+        `timing/root/t/a/b/total`. With cross-rank data, every path of any rank adds
+        `{prefix}.{path}.ranks` and `{prefix}.{path}.{stat}.min_rank`, `.max_rank`,
+        `.mean_rank` and `.slowest_rank` for each chosen statistic of `SPREAD_STATS`.
+        Statistics that are undefined for a window (NaN) are left out, since most loggers
+        reject them.
 
         Raises:
-            ValueError: a statistic that is not one of `METRIC_STATS`, or an empty `sep`.
+            ValueError: a statistic that is not one of `METRIC_STATS`, or a `sep` that is empty
+                or holds `%`, an ASCII letter or a digit (the characters of an escape).
 
         """
         chosen = _chosen(stats)
-        if not sep:
-            raise ValueError("as_metrics(sep=...) must not be empty")
+        levels = path_levels(sep)
         head = f"{prefix}{sep}" if prefix else ""
         flat: dict[str, float] = {}
         for path, section in self.items():
-            name = f"{head}{path.replace('.', sep)}{sep}"
+            name = f"{head}{levels(path)}{sep}"
             for stat in chosen:
                 value = float(getattr(section, stat))
                 if not math.isnan(value):
                     flat[f"{name}{stat}"] = value
         if self.across_ranks is not None:
             for path, spread in self.across_ranks.items():
-                name = f"{head}{path.replace('.', sep)}"
+                name = f"{head}{levels(path)}"
                 for key, value in spread.metrics("").items():
                     parts = key[1:].split(".")
                     if parts[0] == "ranks" or parts[0] in chosen:
@@ -219,3 +223,30 @@ def _chosen(stats: Iterable[str]) -> tuple[str, ...]:
             f"choose from {', '.join(METRIC_STATS)}"
         )
     return tuple(stat for stat in METRIC_STATS if stat in wanted)
+
+
+def path_levels(sep: str) -> Callable[[str], str]:
+    """Return the function writing a path's levels joined by `sep`, each escaped for it.
+
+    With `sep="."` a path is written as it is. Otherwise `%` and every character of `sep`
+    inside a level become their UTF-8 bytes as `%XX` (percent-encoding), so no level holds
+    a character of `sep` and the keys of distinct paths differ.
+    """
+    if not sep:
+        raise ValueError("as_metrics(sep=...) must not be empty")
+    if any(c == "%" or (c.isascii() and c.isalnum()) for c in sep):
+        raise ValueError(
+            f"as_metrics(sep={sep!r}): a separator must not hold '%', ASCII letters or digits, "
+            "which escape the separator inside section names"
+        )
+    if sep == ".":
+        return str
+    escapes = {
+        ord(c): "".join(f"%{b:02X}" for b in c.encode("utf-8", "surrogatepass"))
+        for c in {*sep, "%"}
+    }
+
+    def levels(path: str) -> str:
+        return sep.join(level.translate(escapes) for level in path.split("."))
+
+    return levels
