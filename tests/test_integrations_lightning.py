@@ -97,7 +97,7 @@ def test_profiler_times_each_batch_as_a_lap_with_backward_and_optimizer(cap: Cap
     """2 epochs of 10 batches: 20 laps, a section counted 20 times, and times that add up."""
     profiler = integration.LooptraceProfiler(cap.lt)
     windows: list[Snapshot] = []
-    cap.lt._outputs.on_reset.append(windows.append)
+    cap.lt.on_reset(windows.append)
     _fit(cap.clock, profiler=profiler)
     (snapshot,) = windows  # summary() closed one window at the end of fit
     n = BATCHES * EPOCHS
@@ -224,7 +224,7 @@ def test_profiler_keeps_validation_out_of_the_batch_laps(cap: Capture) -> None:
 
     profiler = integration.LooptraceProfiler(cap.lt)
     windows: list[Snapshot] = []
-    cap.lt._outputs.on_reset.append(windows.append)
+    cap.lt.on_reset(windows.append)
     loader = torch.utils.data.DataLoader(Items(cap.clock), batch_size=1)
     trainer = L.Trainer(
         max_epochs=EPOCHS,
@@ -262,7 +262,7 @@ def test_profiler_keep_times_only_the_chosen_actions(cap: Capture) -> None:
         cap.lt, keep=lambda action: action.endswith((".backward", ".optimizer_step"))
     )
     windows: list[Snapshot] = []
-    cap.lt._outputs.on_reset.append(windows.append)
+    cap.lt.on_reset(windows.append)
     _fit(cap.clock, profiler=profiler)
     (snapshot,) = windows
     n = BATCHES * EPOCHS

@@ -18,7 +18,7 @@ from lightning.pytorch.profilers import Profiler
 
 from looptrace._core.section import Section
 from looptrace._core.timer import Timer
-from looptrace._looptrace import Looptrace
+from looptrace._looptrace import Looptrace, ResetHook
 from looptrace._offline.summary import _merge
 from looptrace._offline.table import render_table
 from looptrace._stats.snapshot import SectionStats, Snapshot
@@ -119,7 +119,7 @@ class LooptraceProfiler(Profiler):
         self._in_batch: list[_Frame] = []
         self._outside: list[_Frame] = []
         self._windows: list[Snapshot] = []
-        self._watching = False
+        self._watching: ResetHook | None = None
         self._trained = False
         self._kinds: dict[str, _Kind] = {}
         self._sections: dict[tuple[Timer, str], Section] = {}
@@ -127,9 +127,8 @@ class LooptraceProfiler(Profiler):
     def setup(self, stage: str, local_rank: int | None = None, log_dir: str | None = None) -> None:
         """Start collecting this stage's windows for `summary()`."""
         super().setup(stage, local_rank=local_rank, log_dir=log_dir)
-        if not self._watching:
-            self.lt._outputs.on_reset.append(self._windows.append)
-            self._watching = True
+        if self._watching is None:
+            self._watching = self.lt.on_reset(self._windows.append)
 
     def start(self, action_name: str) -> None:
         """Start the section of `action_name`; a training batch's data fetch starts a lap."""
@@ -202,13 +201,9 @@ class LooptraceProfiler(Profiler):
         """End what still runs and stop collecting windows."""
         try:
             self._end_stage()
-            if self._watching:
-                sinks = self.lt._outputs.on_reset
-                for index, sink in enumerate(sinks):
-                    if sink == self._windows.append:
-                        del sinks[index]
-                        break
-                self._watching = False
+            if self._watching is not None:
+                self._watching.remove()
+                self._watching = None
         except Exception:
             failed(self.lt, "LooptraceProfiler.teardown")
         super().teardown(stage)
