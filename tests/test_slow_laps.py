@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any
 
@@ -310,6 +311,27 @@ def test_a_threads_last_candidates_are_exported_when_it_exits() -> None:
     cap.lt.reset()  # closes what the exited thread left
     assert _slow_laps(cap) == [(12, 10.0)]
     cap.lt.shutdown()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_does_not_export_its_parents_candidates() -> None:
+    """A slow lap pending at fork is exported by the parent only, not again by the child."""
+    cap = capture(trace_every=0)
+    for _ in range(12):
+        _step(cap)
+    _step(cap, decoder_s=2.75)
+    pid = os.fork()
+    if pid == 0:  # the child: its shutdown must export nothing
+        code = 1
+        try:
+            cap.lt.shutdown()
+            code = 0 if cap.finished_spans() == [] else 3
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    cap.lt.shutdown()
+    assert _slow_laps(cap) == [(12, 10.0)]
 
 
 def test_nothing_is_recorded_while_nothing_reads_spans() -> None:

@@ -147,6 +147,9 @@ class Windows:
             pending.extend(interval.children)
         state.device = None
         state.watched, state.recording, state.record = slot_list(), slot_list(), None
+        for node in state.tops:  # the parent exports its slow laps; the child has none yet
+            if node.lap_times is not None:
+                node.lap_times.candidates = []
 
     def cut(self, state: ThreadState, interval: Interval, now: int) -> None:
         """Count the part of a running interval before `now`; the rest goes to the next window."""
