@@ -124,16 +124,16 @@ class LapTimes(Durations):
         self.laps = 0  # laps judged or added, to cut windows
         self.candidates: list[Candidate] = []  # at most BUDGET, the worst of the window so far
 
-    def offer(self, candidate: Candidate) -> bool:
-        """Keep `candidate` if it is among the window's worst; False if one was let go."""
+    def place(self, ratio: float) -> int:
+        """Return where a candidate of `ratio` goes: a free place, the least slow one, or -1.
+
+        -1 means the window's budget holds slower (or as slow) candidates only.
+        """
         candidates = self.candidates
         if len(candidates) < BUDGET:
-            candidates.append(candidate)
-            return True
+            return len(candidates)
         least = min(range(len(candidates)), key=lambda index: candidates[index].ratio)
-        if candidates[least].ratio < candidate.ratio:
-            candidates[least] = candidate
-        return False
+        return least if candidates[least].ratio < ratio else -1
 
 
 class SlowLaps:
@@ -193,25 +193,30 @@ class SlowLaps:
                 times = lap.state.lap_times = LapTimes()
             duration = now - lap.start
             record = state.record
-            if recorded and record is not None:
-                self._judge(times, lap, now, duration, record)
-            else:
+            if not recorded or record is None:
                 times.add(duration)
+            else:
+                ratio = times.ratio(duration, self.factor)
+                if ratio > 0.0:
+                    self._judge(times, lap, now, duration, ratio, record)
+                elif times.add(duration):
+                    times.usual = kind_of(record, lap)  # a usual lap, seen every few laps
             times.laps += 1
             if times.laps % WINDOW == 0 and times.candidates:
                 self._export_all(state, times)
         if not recording:  # else its entries go when the thread's last recorded lap ends
             state.record = None
 
-    def _judge(
-        self, times: LapTimes, lap: Interval, now: int, duration: int, record: list[object]
+    def _judge(  # noqa: PLR0917 - the ended lap's parts, called once per slow lap
+        self,
+        times: LapTimes,
+        lap: Interval,
+        now: int,
+        duration: int,
+        ratio: float,
+        record: list[object],
     ) -> None:
-        """Keep a recorded lap's duration among its kind's; offer it as a candidate if slow."""
-        ratio = times.ratio(duration, self.factor)
-        if ratio == 0.0:
-            if times.add(duration):
-                times.usual = kind_of(record, lap)  # a usual lap, seen every few laps
-            return
+        """Judge a lap slow against the usual laps by its own kind; keep it if among the worst."""
         kind = kind_of(record, lap)
         usual = times.usual
         kinds = times.kinds
@@ -226,11 +231,20 @@ class SlowLaps:
             durations.add(duration)
             if ratio == 0.0:
                 return
+        candidates = times.candidates
+        place = times.place(ratio)
+        if place < len(candidates):  # one candidate is let go: this one, or a less slow one
+            self.incidents.slow_lap_suppressed()
+            if place < 0:
+                return
         entries = _subtree(entries_of(record), lap)
         if not entries or entries[-1][0] is not lap.node:
             entries.append((lap.node, lap.start, now, None))
-        if not times.offer(Candidate(lap.node, lap.start, lap.step, ratio, entries)):
-            self.incidents.slow_lap_suppressed()
+        candidate = Candidate(lap.node, lap.start, lap.step, ratio, entries)
+        if place == len(candidates):
+            candidates.append(candidate)
+        else:
+            candidates[place] = candidate
 
     def flush(self, state: ThreadState) -> None:
         """Export the candidates of every timer of a thread whose laps end for good."""
