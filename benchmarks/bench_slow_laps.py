@@ -16,7 +16,8 @@ def slow_lap_cost(rounds: int, sinks: Sinks) -> dict[str, float]:
     untraced steps with a discarding exporter (`trace_every=0`), where every step is
     recorded: with a factor no step reaches (the recording alone) and with the default 3,
     where the steps of this empty loop are so short that noise makes some "slow" and the
-    rate cap's one export in 20 steps shows. A reset every 100 steps, cases interleaved.
+    window budget's exports (the 3 worst of every 60 steps) show. A reset every 100 steps,
+    cases interleaved.
     """
     factors = {"on": 3.0, "never slow": 1e9, "off": None}
     cases = {

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from looptrace import Snapshot
+from looptrace._offline.plot_data import choose_timer
 from looptrace.testing import Capture, FakeClock
 
 torch = pytest.importorskip("torch", reason="Lightning needs torch (the lightning extra)")
@@ -87,6 +88,11 @@ def _quiet_lightning(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, logger="lightning")
 
 
+def everything(action: str) -> bool:
+    """`keep=` that times every Lightning action."""
+    return True
+
+
 MODULE = "[LightningModule]Tiny"
 STRATEGY = "[Strategy]SingleDeviceStrategy"
 BATCH = "root.lightning.run_training_batch"
@@ -95,9 +101,9 @@ OPTIMIZER = f"{BATCH}.{MODULE}:optimizer_step"
 
 def test_profiler_times_each_batch_as_a_lap_with_backward_and_optimizer(cap: Capture) -> None:
     """2 epochs of 10 batches: 20 laps, a section counted 20 times, and times that add up."""
-    profiler = integration.LooptraceProfiler(cap.lt)
+    profiler = integration.LooptraceProfiler(cap.lt, keep=everything)
     windows: list[Snapshot] = []
-    cap.lt._outputs.on_reset.append(windows.append)
+    cap.lt.on_reset(windows.append)
     _fit(cap.clock, profiler=profiler)
     (snapshot,) = windows  # summary() closed one window at the end of fit
     n = BATCHES * EPOCHS
@@ -136,7 +142,9 @@ def test_profiler_times_each_batch_as_a_lap_with_backward_and_optimizer(cap: Cap
 
 def test_profiler_summary_is_looptraces_table(cap: Capture, tmp_path: Path) -> None:
     """The report Lightning writes at the end of fit is looptrace's tree table."""
-    profiler = integration.LooptraceProfiler(cap.lt, dirpath=str(tmp_path), filename="perf")
+    profiler = integration.LooptraceProfiler(
+        cap.lt, keep=everything, dirpath=str(tmp_path), filename="perf"
+    )
     _fit(cap.clock, profiler=profiler)
     (report,) = tmp_path.glob("*perf*.txt")
     rows = {line.split()[0]: line.split() for line in report.read_text().splitlines() if line}
@@ -150,7 +158,7 @@ def test_profiler_summary_is_looptraces_table(cap: Capture, tmp_path: Path) -> N
 
 def test_profiler_stops_by_name_out_of_order_and_ignores_unknown_stops(cap: Capture) -> None:
     """Stopping an outer action ends the inner ones; their later stops and strangers are no-ops."""
-    profiler = integration.LooptraceProfiler(cap.lt)
+    profiler = integration.LooptraceProfiler(cap.lt, keep=everything)
     profiler.start("outer.a")
     profiler.start("inner")
     cap.clock.advance(1.0)
@@ -222,9 +230,9 @@ def test_profiler_keeps_validation_out_of_the_batch_laps(cap: Capture) -> None:
         def validation_step(self, batch: Any, batch_idx: int) -> None:
             self.clock.advance(0.5)
 
-    profiler = integration.LooptraceProfiler(cap.lt)
+    profiler = integration.LooptraceProfiler(cap.lt, keep=everything)
     windows: list[Snapshot] = []
-    cap.lt._outputs.on_reset.append(windows.append)
+    cap.lt.on_reset(windows.append)
     loader = torch.utils.data.DataLoader(Items(cap.clock), batch_size=1)
     trainer = L.Trainer(
         max_epochs=EPOCHS,
@@ -262,7 +270,7 @@ def test_profiler_keep_times_only_the_chosen_actions(cap: Capture) -> None:
         cap.lt, keep=lambda action: action.endswith((".backward", ".optimizer_step"))
     )
     windows: list[Snapshot] = []
-    cap.lt._outputs.on_reset.append(windows.append)
+    cap.lt.on_reset(windows.append)
     _fit(cap.clock, profiler=profiler)
     (snapshot,) = windows
     n = BATCHES * EPOCHS
@@ -277,3 +285,91 @@ def test_profiler_keep_times_only_the_chosen_actions(cap: Capture) -> None:
     }
     assert round(snapshot[f"{OPTIMIZER}.{STRATEGY}:backward"].total, 9) == round(n * BACKWARD_S, 9)
     assert cap.lt.health().misuse == 0
+
+
+class Validated(Tiny):
+    """Tiny with a validation step of half a fake second."""
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:  # noqa: D102
+        self.clock.advance(0.5)
+
+
+def test_profiler_default_is_the_batch_level_actions_with_short_names(
+    cap: Capture, tmp_path: Path
+) -> None:
+    """Data, to_device, optimizer_step (training_step, backward), validation and checkpoint.
+
+    Validation and the checkpoint at an epoch's end count in its last batch's lap, so the laps
+    hold all of training's fake time; the sanity check runs before any lap.
+    """
+    profiler = integration.LooptraceProfiler(cap.lt, dirpath=str(tmp_path), filename="perf")
+    windows: list[Snapshot] = []
+    cap.lt.on_reset(windows.append)
+    loader = torch.utils.data.DataLoader(Items(cap.clock), batch_size=1)
+    trainer = L.Trainer(
+        max_epochs=EPOCHS,
+        accelerator="cpu",
+        logger=False,
+        default_root_dir=str(tmp_path),
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=2,
+        num_sanity_val_steps=1,
+        profiler=profiler,
+    )
+    trainer.fit(Validated(cap.clock), loader, loader)
+    (snapshot,) = windows
+    n = BATCHES * EPOCHS
+    optimizer = "root.lightning.optimizer_step"
+    assert {path: stats.count for path, stats in snapshot.items()} == {
+        "root.lightning": n,
+        "root.lightning.data": n,
+        "root.lightning.to_device": n,
+        optimizer: n,
+        f"{optimizer}.training_step": n,
+        f"{optimizer}.backward": n,
+        "root.lightning.validation": EPOCHS,
+        "root.lightning.checkpoint": EPOCHS,
+        "root.lightning_fit": 1,
+        "root.lightning_fit.validation": 1,
+    }
+    validation_s = 2 * (FETCH_S + 0.5)  # two batches
+    totals = {path: round(stats.total, 9) for path, stats in snapshot.items()}
+    assert totals["root.lightning.validation"] == round(EPOCHS * validation_s, 9)
+    assert totals["root.lightning"] == round(n * STEP + EPOCHS * validation_s, 9)
+    assert totals["root.lightning.data"] == round(n * FETCH_S, 9)
+    assert totals[f"{optimizer}.backward"] == round(n * BACKWARD_S, 9)
+    assert totals["root.lightning_fit.validation"] == round(FETCH_S + 0.5, 9)
+    (report,) = tmp_path.glob("*perf*.txt")
+    assert len(report.read_text().splitlines()) <= 30
+    assert choose_timer(snapshot, None)[0] == "root.lightning"  # what `looptrace plot` splits
+    assert cap.lt.health().internal_errors == 0
+
+
+def test_short_name_maps_batch_level_actions_and_drops_the_rest() -> None:
+    """Prefixes go; hooks and loops that are not batch-level get no section."""
+    names = {
+        action: integration.short_name(action)
+        for action in (
+            "[_TrainingEpochLoop].train_dataloader_next",
+            "[Strategy]DDPStrategy.batch_to_device",
+            "[Strategy]DDPStrategy.training_step",
+            "[Strategy]DDPStrategy.backward",
+            "[LightningModule]Model.optimizer_step",
+            "save_checkpoint",
+            "[LightningModule]Model.on_before_backward",
+            "[Callback]ModelCheckpoint{'every_n_epochs': 1}.on_train_epoch_end",
+            "run_training_epoch",
+        )
+    }
+    assert list(names.values()) == [
+        "data",
+        "to_device",
+        "training_step",
+        "backward",
+        "optimizer_step",
+        "checkpoint",
+        None,
+        None,
+        None,
+    ]

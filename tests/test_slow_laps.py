@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import threading
 from typing import Any
 
 import pytest
@@ -15,11 +17,11 @@ import looptrace
 from looptrace import ConfigError, RankInfo
 from looptrace._core.ids import step_ids
 from looptrace._core.slow_laps import (
-    BURST,
+    BUDGET,
     ENTRY_ITEMS,
     MAX_RECORD,
     MIN_LAPS,
-    RATE,
+    WINDOW,
     Entry,
     entries_of,
     nest,
@@ -34,8 +36,11 @@ RUN = "run-1"
 FAST_S = 0.3  # a normal step: data 0.1, forward 0.1 (encoder, decoder), optimizer 0.1
 
 
-def _step(cap: Capture, *, decoder_s: float = 0.05) -> None:
-    """One lap of `training`: data, forward (encoder, decoder), and a `with` optimizer."""
+def _step(cap: Capture, *, decoder_s: float = 0.05, evaluate_s: float = 0.0) -> None:
+    """One lap of `training`: data, forward (encoder, decoder), a `with` optimizer, evaluate.
+
+    `evaluate` runs only when it takes time: a lap of another kind (an evaluation step).
+    """
     train = cap.lt.timer("training")
     forward = train.timer("forward")
     train.record("data")
@@ -47,6 +52,9 @@ def _step(cap: Capture, *, decoder_s: float = 0.05) -> None:
     cap.clock.advance(decoder_s)
     with train.section("optimizer"):
         cap.clock.advance(0.1)
+    if evaluate_s:
+        with train.section("evaluate"):
+            cap.clock.advance(evaluate_s)
     train.record()
 
 
@@ -64,6 +72,7 @@ def test_a_slow_untraced_lap_is_exported_whole_under_its_steps_trace() -> None:
         _step(cap)
     _step(cap, decoder_s=2.75)  # step 12: 3.0 s against a median of 0.3 s
     cap.lt.timer("training").stop()
+    cap.lt.shutdown()  # the window's candidates are exported when it ends
     assert _tree(cap) == [  # step 12 starts at 12 x 0.3 s = 3.6 s
         ("data", "training", 12, 3.6, 3.7),
         ("encoder", "forward", 12, 3.7, 3.75),
@@ -99,6 +108,7 @@ def test_on_another_rank_the_slow_lap_names_the_steps_root_as_parent() -> None:
     for _ in range(11):
         _step(cap)
     _step(cap, decoder_s=3.0)
+    cap.lt.shutdown()
     lap = cap.finished_spans()[-1]
     trace_id, root_id = step_ids(RUN, "root.training", 11)
     assert lap.context is not None and lap.parent is not None
@@ -118,6 +128,7 @@ def test_normal_laps_and_too_early_laps_are_not_exported() -> None:
     for index in range(30):
         _step(cap, decoder_s=0.05 + 0.01 * (index % 7))  # jitter well within 3x
     _step(cap, decoder_s=0.5)  # 0.75 s: 2.5x the median
+    cap.lt.shutdown()
     assert cap.finished_spans() == []
 
 
@@ -129,6 +140,7 @@ def test_a_lap_of_microseconds_is_not_slow_below_a_millisecond_more() -> None:
         train.record("data")
         cap.clock.advance(lap_s)
         train.record()
+    cap.lt.shutdown()
     assert [s.name for s in cap.finished_spans()] == ["data", "training"]
     assert (cap.finished_spans()[-1].attributes or {})["looptrace.step"] == 14
 
@@ -152,8 +164,9 @@ def test_slow_lap_factor_none_or_off_disables(factor: str | None) -> None:
         _step(cap)
     assert cap.lt._engine.slow is None
     _step(cap, decoder_s=3.0)
-    assert cap.finished_spans() == []
     assert cap.lt._engine.state().record is None
+    cap.lt.shutdown()
+    assert cap.finished_spans() == []
 
 
 @pytest.mark.parametrize(
@@ -200,23 +213,125 @@ def test_the_variable_reaches_configure(monkeypatch: pytest.MonkeyPatch) -> None
         for _ in range(12):
             _step(cap)
         _step(cap, decoder_s=2.75)
+        cap.lt.shutdown()
         assert bool(cap.finished_spans()) is exported
 
 
 def test_the_rate_cap_bounds_a_loop_with_many_slow_laps_and_counts_the_rest() -> None:
-    """One step in three 10x slower: at most 1 in 20 (plus the burst) traced, the rest counted."""
+    """One step in three 10x slower: BUDGET per window of WINDOW laps traced, the rest counted."""
     cap = capture(trace_every=0)
     laps = 400
     slow = [i % 3 == 2 for i in range(laps)]
     for is_slow in slow:
         _step(cap, decoder_s=2.75 if is_slow else 0.05)
+    cap.lt.shutdown()  # exports the last, unfinished window's candidates too
     lap_spans = [s for s in cap.finished_spans() if s.name == "training"]
     judged = sum(slow[MIN_LAPS:])
     suppressed = cap.lt.health().slow_laps_suppressed
     assert len(lap_spans) + suppressed == judged
-    assert len(lap_spans) <= BURST + laps // RATE
-    assert len(lap_spans) >= laps // RATE - BURST
+    assert len(lap_spans) == BUDGET * -(-laps // WINDOW)
     assert all((s.attributes or {})["looptrace.slow_lap"] == 10.0 for s in lap_spans)
+
+
+def _slow_laps(cap: Capture) -> list[tuple[int, float]]:
+    """Return (step, ratio) of each lap exported for its slowness, in export order."""
+    return [
+        ((s.attributes or {})["looptrace.step"], (s.attributes or {})["looptrace.slow_lap"])
+        for s in cap.finished_spans()
+        if "looptrace.slow_lap" in (s.attributes or {})
+    ]
+
+
+def test_noise_in_a_window_does_not_crowd_out_the_slow_evaluation_steps() -> None:
+    """4x noise every 5 laps from lap 12, 8x evaluation steps at 35 and 50: both traced.
+
+    A cap that traced the first slow laps it saw spent its credit on the noise before each.
+    """
+    cap = capture(trace_every=0)
+    for step in range(WINDOW + 10):
+        if step in {35, 50}:
+            _step(cap, evaluate_s=2.1)  # 2.4 s against a median of 0.3 s
+        elif step >= 12 and step % 5 == 2 and step < WINDOW:
+            _step(cap, decoder_s=0.95)  # 1.2 s
+        else:
+            _step(cap)
+    assert _slow_laps(cap) == [(22, 4.0), (35, 8.0), (50, 8.0)]  # exported as the window ends
+    assert cap.lt.health().slow_laps_suppressed == 9
+    cap.lt.shutdown()
+    assert len(_slow_laps(cap)) == 3
+
+
+def test_a_slower_candidate_replaces_the_least_slow_one_of_its_window() -> None:
+    """A full budget of 4x laps, then a 10x lap: it takes the place of the first 4x lap."""
+    cap = capture(trace_every=0)
+    for step in range(30):
+        if step in {12, 13, 14}:
+            _step(cap, decoder_s=0.95)
+        elif step == 20:
+            _step(cap, decoder_s=2.75)
+        else:
+            _step(cap)
+    cap.lt.shutdown()
+    assert _slow_laps(cap) == [(13, 4.0), (14, 4.0), (20, 10.0)]
+    assert cap.lt.health().slow_laps_suppressed == 1
+
+
+def test_an_evaluation_step_is_judged_against_evaluation_steps() -> None:
+    """Regular 8x evaluation steps stop being slow once 5 were seen; a 5x one of them is not.
+
+    A slow usual step is still judged against usual steps.
+    """
+    cap = capture(trace_every=0)
+    evaluations = []
+    for step in range(WINDOW + 10):
+        if step in {64}:
+            _step(cap, evaluate_s=11.7)  # 12 s: 40x a usual step, 5x an evaluation step
+        elif step == 66:
+            _step(cap, decoder_s=2.75)  # 3 s: 10x a usual step
+        elif step % 4 == 3 and (12 <= step < 44 or step == 68):
+            evaluations.append(step)
+            _step(cap, evaluate_s=2.1)  # 2.4 s: 8x a usual step
+        else:
+            _step(cap)
+    cap.lt.shutdown()
+    first = evaluations[:5]  # judged against usual steps until 5 were seen; 3 fit the budget
+    assert _slow_laps(cap) == [*[(step, 8.0) for step in first[:3]], (64, 5.0), (66, 10.0)]
+    assert cap.lt.health().slow_laps_suppressed == 2
+
+
+def test_a_threads_last_candidates_are_exported_when_it_exits() -> None:
+    """A slow lap in a thread that ends before its window does: exported at the next reset."""
+    cap = capture(trace_every=0)
+    worker = threading.Thread(
+        target=lambda: [_step(cap, decoder_s=d) for d in [0.05] * 12 + [2.75]]
+    )
+    worker.start()
+    worker.join(timeout=30)
+    assert cap.finished_spans() == []
+    cap.lt.reset()  # closes what the exited thread left
+    assert _slow_laps(cap) == [(12, 10.0)]
+    cap.lt.shutdown()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_does_not_export_its_parents_candidates() -> None:
+    """A slow lap pending at fork is exported by the parent only, not again by the child."""
+    cap = capture(trace_every=0)
+    for _ in range(12):
+        _step(cap)
+    _step(cap, decoder_s=2.75)
+    pid = os.fork()
+    if pid == 0:  # the child: its shutdown must export nothing
+        code = 1
+        try:
+            cap.lt.shutdown()
+            code = 0 if cap.finished_spans() == [] else 3
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    cap.lt.shutdown()
+    assert _slow_laps(cap) == [(12, 10.0)]
 
 
 def test_nothing_is_recorded_while_nothing_reads_spans() -> None:
@@ -263,6 +378,7 @@ def test_other_outermost_laps_are_not_in_the_slow_laps_trace() -> None:
     infer.record()
     infer.record("predict")
     train.record()
+    cap.lt.shutdown()
     paths = {(s.attributes or {})["looptrace.path"] for s in cap.finished_spans()}
     assert paths == {"root.training", "root.training.data"}
 
@@ -277,6 +393,7 @@ def test_an_error_in_a_slow_lap_is_an_error_span() -> None:
         cap.clock.advance(3.0)
         raise KeyError("batch")
     train.record()
+    cap.lt.shutdown()
     (evaluation, _lap) = cap.finished_spans()
     assert (evaluation.name, evaluation.status.status_code.name) == ("eval", "ERROR")
     assert evaluation.status.description == "KeyError: 'batch'"
@@ -297,6 +414,7 @@ def test_a_lap_with_too_many_sections_stops_recording() -> None:
     assert (state.record, state.recording) == (None, [])
     cap.clock.advance(10.0)
     train.record()
+    cap.lt.shutdown()
     assert cap.finished_spans() == []  # slow, but no longer recorded
 
 
@@ -342,6 +460,7 @@ def test_exporting_slow_laps_never_changes_the_statistics(ops: list[tuple[str, A
     played = [*warm_up, *ops, *slow_end]
     exported = capture(trace_every=0, slow_lap_factor=1.0001)
     assert _play(exported, played) == _play(capture(trace_every=0, slow_lap_factor=None), played)
+    exported.lt.shutdown()
     assert exported.finished_spans() or exported.lt.health().slow_laps_suppressed
 
 
@@ -361,6 +480,7 @@ def test_slow_laps_of_random_loops_leave_the_statistics_alone(
             if index == reset_at:
                 found.append(_window(cap.lt.reset()))
         found.append(_window(cap.lt.reset()))
+        cap.lt.shutdown()
         windows.append(found)
     assert windows[0] == windows[1]
     seen = [bool(cap.finished_spans() or cap.lt.health().slow_laps_suppressed) for cap in caps]

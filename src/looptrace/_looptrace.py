@@ -60,6 +60,38 @@ class Looptrace:
         """
         return self.root.timer(name, device=device)
 
+    def on_reset(self, callback: Callable[[Snapshot], object]) -> ResetHook:
+        """Call `callback(snapshot)` with every window closed from now on; return its handle.
+
+        The argument is the `Snapshot` that `reset()` returns: every window, whether closed by
+        `lt.reset()`, a timer's own `reset()` (then `snapshot.subtree` names that timer) or
+        `shutdown()` (the last window). The callback runs on the thread that closed the window
+        (the one calling `reset()`; at exit or on SIGTERM the one flushing), after the window
+        is closed and after looptrace's own outputs, with no looptrace lock held; the caller of
+        `reset()` waits for it, so keep it quick. An exception it raises is counted in
+        `health().internal_errors` and logged once; it never reaches the caller of `reset()`.
+        `handle.remove()` stops the calls, also from inside the callback; removing twice is a
+        no-op.
+
+        Raises:
+            TypeError: `callback` is not callable.
+
+        """
+        if not callable(callback):
+            raise TypeError(f"on_reset(): expected a callable, got {callback!r}"[:200])
+        hook = ResetHook(self._outputs, callback)
+        with _HOOKS_LOCK:  # copied on write: a reset() running elsewhere keeps its own list
+            self._outputs.on_reset = [*self._outputs.on_reset, hook]
+        return hook
+
+    def internal_error(self, where: str) -> None:
+        """Count and log (once per `where`) an exception swallowed so that training goes on.
+
+        For integrations and callbacks that guard their telemetry: call it from inside an
+        `except` block; the count is `health().internal_errors`.
+        """
+        self._incidents.failed(where)
+
     def reset(self, *, across_ranks: bool = False) -> Snapshot:
         """Close the window at one instant and return its statistics per path.
 
@@ -166,6 +198,37 @@ class Looptrace:
         self._engine.windows.after_fork_in_child()
         self._shutdown_lock = threading.Lock()
         self._window_start = self._engine.now()
+
+
+_HOOKS_LOCK = threading.Lock()  # orders the copy-on-write changes of `Outputs.on_reset`
+
+
+class ResetHook:
+    """The handle `Looptrace.on_reset()` returns: `remove()` stops the calls."""
+
+    __slots__ = ("_outputs", "callback")
+
+    def __init__(self, outputs: Outputs, callback: Callable[[Snapshot], object]) -> None:
+        self._outputs = outputs
+        self.callback = callback
+
+    def __call__(self, snapshot: Snapshot) -> object:
+        """Call the callback with a closed window's snapshot."""
+        return self.callback(snapshot)
+
+    def __repr__(self) -> str:
+        return f"ResetHook({self.callback!r})"
+
+    @property
+    def active(self) -> bool:
+        """Whether the callback is still called."""
+        return any(sink is self for sink in self._outputs.on_reset)
+
+    def remove(self) -> None:
+        """Stop calling the callback; a no-op once removed."""
+        with _HOOKS_LOCK:
+            outputs = self._outputs
+            outputs.on_reset = [sink for sink in outputs.on_reset if sink is not self]
 
 
 def _after_fork_hook(lt: Looptrace) -> Callable[[], None]:

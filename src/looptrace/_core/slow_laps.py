@@ -4,10 +4,20 @@ While an untraced outermost lap runs and something reads spans, every interval t
 its thread is kept as four items `timer, start_ns, end_ns, error` of a flat list on the
 thread's state: no span object, no context, not even a tuple for the garbage collector. When
 the lap ends its duration is compared with the median of that timer's recent laps in this
-thread; a lap more than `factor` times the median is exported in full (the lap span and every
-section span, real timestamps, nesting rebuilt from timer ancestry and time containment, under
-the step's trace id), within a rate cap. Otherwise the record is dropped. With nothing reading
-spans no lap is watched and nothing is recorded.
+thread; a lap more than `factor` times the median is a candidate, else the record is dropped.
+
+A lap slow against the usual laps whose sections differ from the usual step's (an evaluation
+step: its *kind* is the set of its sections' timers) is judged against the recent laps of its
+own kind once `MIN_KIND_LAPS` of them were seen, so a regular evaluation step is not slow
+every time, and an unusually slow one still is.
+
+Candidates wait, as their compact records, for their timer's window of `WINDOW` laps to end:
+the window exports its `BUDGET` worst (by their ratio to the median they were judged
+against), each in full (the lap span and every section span, real timestamps, nesting rebuilt
+from timer ancestry and time containment, under the step's trace id); the others are counted
+as suppressed. So a burst of small noise early in a window cannot crowd out the big slow laps
+after it. The last window's candidates are exported when the thread's laps end for good
+(shutdown, thread exit). With nothing reading spans no lap is watched and nothing is recorded.
 """
 
 from __future__ import annotations
@@ -37,10 +47,12 @@ ENTRY_ITEMS: Final = 4  # items of one entry in a thread's flat record
 
 DEFAULT_FACTOR: Final = 3.0
 MIN_LAPS: Final = 10  # laps of a timer seen before any is judged slow
-RING: Final = 32  # recent lap durations kept per timer and thread
+MIN_KIND_LAPS: Final = 5  # laps of an unusual kind seen before they are judged among themselves
+MAX_KINDS: Final = 8  # unusual kinds remembered per timer; later ones count as usual laps
+RING: Final = 32  # recent lap durations kept per timer and thread (and per kind)
 MEDIAN_EVERY: Final = 16  # laps between two recomputations of the median
-RATE: Final = 20  # at most one slow lap in RATE exported, on average
-BURST: Final = 3  # slow laps exported back to back at most, after a quiet stretch
+WINDOW: Final = 60  # laps of a timer whose slow candidates compete for one budget
+BUDGET: Final = 3  # slow laps exported per window at most: the worst ones
 # A lap is slow only if it also takes this much longer than the median: a 30 µs step that
 # took 100 µs is scheduling noise, not a straggler worth a trace.
 MIN_EXCESS_NS: Final = 1_000_000
@@ -49,25 +61,36 @@ MIN_EXCESS_NS: Final = 1_000_000
 MAX_RECORD: Final = 65_536
 
 
-class LapTimes:
-    """Recent lap durations of one outermost timer in one thread, and its export credit.
+class Candidate:
+    """A slow lap waiting for its window to end: what its export needs, and its ratio."""
 
-    The credit counts in 1/RATE of a lap: it grows by one per lap, up to BURST * RATE, and an
-    exported slow lap spends RATE of it (a token bucket).
-    """
+    __slots__ = ("entries", "ratio", "start", "step", "timer")
 
-    def __init__(self) -> None:
+    def __init__(
+        self, timer: Timer, start: int, step: int, ratio: float, entries: list[Entry]
+    ) -> None:
+        self.timer = timer
+        self.start = start
+        self.step = step
+        self.ratio = ratio
+        self.entries = entries  # its subtree's intervals in the order they ended, itself last
+
+
+class Durations:
+    """Recent durations of one kind of lap, and their median."""
+
+    def __init__(self, min_laps: int) -> None:
+        self.min_laps = min_laps
         self.ring: list[int] = []
         self.next = 0  # where the next duration goes once the ring is full
         self.median = 0
         self.since = 0  # laps added since the median was computed
-        self.credit = RATE
 
     def ratio(self, duration: int, factor: float) -> float:
         """Return `duration` over the recent median if slow (see `MIN_EXCESS_NS`), else 0."""
         median = self.median
         if (
-            len(self.ring) < MIN_LAPS
+            len(self.ring) < self.min_laps
             or median <= 0
             or duration <= factor * median
             or duration - median < MIN_EXCESS_NS
@@ -75,8 +98,8 @@ class LapTimes:
             return 0.0
         return duration / median
 
-    def add(self, duration: int) -> None:
-        """Keep a finished lap's duration; refresh the median every few laps."""
+    def add(self, duration: int) -> bool:
+        """Keep a finished lap's duration; refresh the median every few laps (then True)."""
         ring = self.ring
         if len(ring) < RING:
             ring.append(duration)
@@ -84,18 +107,33 @@ class LapTimes:
             ring[self.next] = duration
             self.next = (self.next + 1) % RING
         self.since += 1
-        if self.since >= MEDIAN_EVERY or len(ring) == MIN_LAPS:
+        if self.since >= MEDIAN_EVERY or len(ring) == self.min_laps:
             self.median = sorted(ring)[len(ring) // 2]
             self.since = 0
-        if self.credit < BURST * RATE:
-            self.credit += 1
+            return True
+        return False
 
-    def spend(self) -> bool:
-        """Take one export from the credit; False (nothing taken) when there is not enough."""
-        if self.credit < RATE:
-            return False
-        self.credit -= RATE
-        return True
+
+class LapTimes(Durations):
+    """Recent laps of one outermost timer in one thread, by kind; its window's candidates."""
+
+    def __init__(self) -> None:
+        super().__init__(MIN_LAPS)
+        self.usual: frozenset[Timer] | None = None  # the sections of a usual lap, when known
+        self.kinds: dict[frozenset[Timer], Durations] = {}
+        self.laps = 0  # laps judged or added, to cut windows
+        self.candidates: list[Candidate] = []  # at most BUDGET, the worst of the window so far
+
+    def place(self, ratio: float) -> int:
+        """Return where a candidate of `ratio` goes: a free place, the least slow one, or -1.
+
+        -1 means the window's budget holds slower (or as slow) candidates only.
+        """
+        candidates = self.candidates
+        if len(candidates) < BUDGET:
+            return len(candidates)
+        least = min(range(len(candidates)), key=lambda index: candidates[index].ratio)
+        return least if candidates[least].ratio < ratio else -1
 
 
 class SlowLaps:
@@ -137,7 +175,9 @@ class SlowLaps:
     def end(self, state: ThreadState, lap: Interval, now: int, cut: bool) -> None:
         """Judge a watched lap that ended at `now` (its own entry recorded last) and forget it.
 
-        A lap `cut` by shutdown is neither judged nor kept in the recent durations.
+        A slow lap becomes a candidate of its timer's window; the lap that ends a window has
+        its window's worst candidates exported. A lap `cut` by shutdown is neither judged nor
+        kept in the recent durations.
         """
         watched = state.watched
         if lap not in watched:
@@ -152,35 +192,89 @@ class SlowLaps:
             if times is None:
                 times = lap.state.lap_times = LapTimes()
             duration = now - lap.start
-            ratio = times.ratio(duration, self.factor) if recorded else 0.0
-            times.add(duration)
-            if ratio > 0.0 and state.record is not None:
-                if times.spend():
-                    self.export(state, lap, now, ratio, state.record)
-                else:
-                    self.incidents.slow_lap_suppressed()
+            record = state.record
+            if not recorded or record is None:
+                times.add(duration)
+            else:
+                ratio = times.ratio(duration, self.factor)
+                if ratio > 0.0:
+                    self._judge(times, lap, now, duration, ratio, record)
+                elif times.add(duration):
+                    times.usual = kind_of(record, lap)  # a usual lap, seen every few laps
+            times.laps += 1
+            if times.laps % WINDOW == 0 and times.candidates:
+                self._export_all(state, times)
         if not recording:  # else its entries go when the thread's last recorded lap ends
             state.record = None
 
-    def export(
-        self, state: ThreadState, lap: Interval, now: int, ratio: float, record: list[object]
+    def _judge(  # noqa: PLR0917 - the ended lap's parts, called once per slow lap
+        self,
+        times: LapTimes,
+        lap: Interval,
+        now: int,
+        duration: int,
+        ratio: float,
+        record: list[object],
     ) -> None:
-        """Export the lap and the intervals of its subtree recorded while it ran, as spans."""
+        """Judge a lap slow against the usual laps by its own kind; keep it if among the worst."""
+        kind = kind_of(record, lap)
+        usual = times.usual
+        kinds = times.kinds
+        durations = None if usual is None or kind == usual else kinds.get(kind)
+        if durations is None and usual is not None and kind != usual and len(kinds) < MAX_KINDS:
+            durations = kinds[kind] = Durations(MIN_KIND_LAPS)
+        if durations is None:  # a slow lap of the usual kind
+            times.add(duration)
+        else:  # judged among its own kind once enough of them were seen
+            if len(durations.ring) >= durations.min_laps:
+                ratio = durations.ratio(duration, self.factor)
+            durations.add(duration)
+            if ratio == 0.0:
+                return
+        candidates = times.candidates
+        place = times.place(ratio)
+        if place < len(candidates):  # one candidate is let go: this one, or a less slow one
+            self.incidents.slow_lap_suppressed()
+            if place < 0:
+                return
+        entries = _subtree(entries_of(record), lap)
+        if not entries or entries[-1][0] is not lap.node:
+            entries.append((lap.node, lap.start, now, None))
+        candidate = Candidate(lap.node, lap.start, lap.step, ratio, entries)
+        if place == len(candidates):
+            candidates.append(candidate)
+        else:
+            candidates[place] = candidate
+
+    def flush(self, state: ThreadState) -> None:
+        """Export the candidates of every timer of a thread whose laps end for good."""
+        for node in list(state.tops):
+            times = node.lap_times
+            if times is not None and times.candidates:
+                self._export_all(state, times)
+
+    def _export_all(self, state: ThreadState, times: LapTimes) -> None:
+        """Export a window's candidates, in the order their laps ran; the window starts anew."""
+        candidates = times.candidates
+        times.candidates = []
+        for candidate in sorted(candidates, key=lambda found: found.start):
+            self.export(state, candidate)
+
+    def export(self, state: ThreadState, candidate: Candidate) -> None:
+        """Export a candidate lap and the intervals of its subtree, as spans."""
         try:
-            entries = _subtree(entries_of(record), lap)
-            if not entries or entries[-1][0] is not lap.node:
-                entries.append((lap.node, lap.start, now, None))
+            entries = candidate.entries
             children = nest(entries)
             root = len(entries) - 1
             spans: list[trace.Span | None] = [None] * len(entries)
-            spans[root] = self._lap_span(state, lap, ratio)
+            spans[root] = self._lap_span(state, candidate)
             pending = [root]
             while pending:
                 parent = pending.pop()
                 span = spans[parent]
                 context = Context() if span is None else trace.set_span_in_context(span, Context())
                 for child in children[parent]:
-                    spans[child] = self._start(entries[child], lap.step, context, None)
+                    spans[child] = self._start(entries[child], candidate.step, context, None)
                     pending.append(child)
             for index, span in enumerate(spans):  # ended in the order they ended: children first
                 if span is not None:
@@ -188,17 +282,17 @@ class SlowLaps:
         except Exception:
             self.incidents.failed("slow lap export")
 
-    def _lap_span(self, state: ThreadState, lap: Interval, ratio: float) -> trace.Span:
+    def _lap_span(self, state: ThreadState, lap: Candidate) -> trace.Span:
         """Start the lap's span under its step's trace id (in the thread that ran it)."""
         step_traces = self.step_traces
         mine = threading.get_ident() == state.thread.get(THREAD_ID)
         if step_traces is not None and mine:
-            context = step_traces.context_for(lap.node.path, lap.step)
+            context = step_traces.context_for(lap.timer.path, lap.step)
         else:
             context = Context()
-        extra: dict[str, str | int | float] = {**state.thread, SLOW_LAP: round(ratio, 3)}
+        extra: dict[str, str | int | float] = {**state.thread, SLOW_LAP: round(lap.ratio, 3)}
         try:
-            return self._start((lap.node, lap.start, 0, None), lap.step, context, extra)
+            return self._start((lap.timer, lap.start, 0, None), lap.step, context, extra)
         finally:
             if step_traces is not None and mine:
                 step_traces.done()
@@ -281,6 +375,17 @@ def _in_lap(entry: Entry, lap: Interval) -> bool:
     """Whether `entry` is an interval of `lap`'s timer or below it that began within the lap."""
     timer = entry[0]
     return entry[1] >= lap.start and (timer is lap.node or _below(timer, lap.node))
+
+
+def kind_of(record: list[object], lap: Interval) -> frozenset[Timer]:
+    """Return the timers of the sections recorded in `lap`: what kind of lap it is."""
+    timers = {
+        cast("Timer", record[index])
+        for index in range(0, len(record), ENTRY_ITEMS)
+        if cast(int, record[index + 1]) >= lap.start
+    }
+    node = lap.node
+    return frozenset(timer for timer in timers if timer is not node and _below(timer, node))
 
 
 def _subtree(record: list[Entry], lap: Interval) -> list[Entry]:

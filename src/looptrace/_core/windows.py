@@ -74,6 +74,7 @@ class Windows:
                 if final:
                     for top in reversed(state.outermost):
                         self.engine.end(state, top, cut_at, cut=True)
+                    self._flush_slow_laps(state)
                 elif subtree is None:
                     for top in state.outermost:
                         self.cut(state, top, cut_at)
@@ -107,9 +108,16 @@ class Windows:
                 at = max(at, state.last_cut)
                 for top in reversed(state.outermost):
                     self.engine.end(state, top, at)
+                self._flush_slow_laps(state)
                 self._drain(state)
             finally:
                 state.unclaim()
+
+    def _flush_slow_laps(self, state: ThreadState) -> None:
+        """Export the slow laps a thread's last windows kept; its laps end for good."""
+        slow = self.engine.slow
+        if slow is not None:
+            slow.flush(state)
 
     def _drain(self, state: ThreadState) -> None:
         """Wait for the thread's device events and hand over all it measured; it is claimed.
@@ -139,6 +147,9 @@ class Windows:
             pending.extend(interval.children)
         state.device = None
         state.watched, state.recording, state.record = slot_list(), slot_list(), None
+        for node in state.tops:  # the parent exports its slow laps; the child has none yet
+            if node.lap_times is not None:
+                node.lap_times.candidates = []
 
     def cut(self, state: ThreadState, interval: Interval, now: int) -> None:
         """Count the part of a running interval before `now`; the rest goes to the next window."""

@@ -21,8 +21,8 @@ class Health:
         dropped_spans: spans an exporter failed to deliver.
         failed_metric_pushes: OTLP metric pushes that were not delivered (the next push
             carries the totals again, so a failure loses no counts while a later one succeeds).
-        slow_laps_suppressed: slow laps not traced because the rate cap was spent (at most one
-            lap in 20 of a timer, on average, is traced for being slow).
+        slow_laps_suppressed: slow laps not traced because slower ones filled the budget of
+            their window (the 3 worst of every 60 laps of a timer are traced for being slow).
         dropped_windows: `reset()` windows an output (a metrics total, the snapshot file) did
             not take because it was too far behind; the snapshot file records the gap.
 
@@ -103,7 +103,7 @@ class Incidents:
             )
 
     def slow_lap_suppressed(self) -> None:
-        """Count one slow lap left untraced by the rate cap (not logged: it is no failure)."""
+        """Count one slow lap left untraced by its window's budget (not logged: no failure)."""
         with self._lock:
             self.slow_laps_suppressed += 1
 

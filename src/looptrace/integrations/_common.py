@@ -41,9 +41,9 @@ def flat_metrics(
 def failed(lt: Looptrace, where: str) -> None:
     """Count and log (once per site) an exception swallowed so that training goes on.
 
-    Call from inside an `except` block.
+    Call from inside an `except` block; the count is `lt.health().internal_errors`.
     """
-    lt._incidents.failed(where)
+    lt.internal_error(where)
 
 
 def checked_stats(names: Iterable[str], owner: str) -> tuple[str, ...]:

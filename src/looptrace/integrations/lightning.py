@@ -1,10 +1,12 @@
 """Lightning: its profiler actions as looptrace sections, or laps from a callback's hooks.
 
 `LooptraceProfiler` is a `lightning.pytorch.profilers.Profiler`: pass it as
-`Trainer(profiler=LooptraceProfiler(lt))` and Lightning's own actions (`run_training_batch`,
-`[Strategy]…backward`, `optimizer_step`, the data fetch, callbacks' hooks …) become sections,
-with a lap per training batch. `LooptraceCallback` is for users who keep another profiler: it
-laps per batch from the batch hooks and logs a window's statistics with `pl_module.log_dict`.
+`Trainer(profiler=LooptraceProfiler(lt))` and a lap per training batch holds the batch-level
+actions as short-named sections (`data`, `to_device`, `optimizer_step` with `training_step` and
+`backward` inside, `validation`, `checkpoint`); `keep=` times Lightning's other actions too
+(callbacks' hooks …) under their own names. `LooptraceCallback` is for users who keep another
+profiler: it laps per batch from the batch hooks and logs a window's statistics with
+`pl_module.log_dict`.
 """
 
 from __future__ import annotations
@@ -18,13 +20,13 @@ from lightning.pytorch.profilers import Profiler
 
 from looptrace._core.section import Section
 from looptrace._core.timer import Timer
-from looptrace._looptrace import Looptrace
+from looptrace._looptrace import Looptrace, ResetHook
 from looptrace._offline.summary import _merge
 from looptrace._offline.table import render_table
 from looptrace._stats.snapshot import SectionStats, Snapshot
 from looptrace.integrations._common import DEFAULT_STATS, checked_stats, failed, flat_metrics
 
-__all__ = ["LooptraceCallback", "LooptraceProfiler", "section_name"]
+__all__ = ["LooptraceCallback", "LooptraceProfiler", "section_name", "short_name"]
 
 FETCH = "[_TrainingEpochLoop].train_dataloader_next"
 EPOCH = "run_training_epoch"
@@ -32,6 +34,44 @@ BATCH = "run_training_batch"
 # Actions that start outside a training batch even while its lap runs (validation inside an
 # epoch runs after a batch's hooks and before the next fetch).
 _OUTSIDE_BATCH = ("[_EvaluationLoop]", "validation", "sanity")
+CHECKPOINT = "save_checkpoint"
+# The batch-level actions timed by default: (where the action is defined, method) -> section.
+_SHORT = {
+    ("[Strategy]", "batch_to_device"): "to_device",
+    ("[Strategy]", "training_step"): "training_step",
+    ("[Strategy]", "backward"): "backward",
+    ("[LightningModule]", "optimizer_step"): "optimizer_step",
+}
+
+
+def short_name(action: str) -> str | None:
+    """Return the section name of a batch-level Lightning action, None for any other action.
+
+    The data fetch is `data`, `[Strategy]SingleDeviceStrategy.backward` is `backward`,
+    `[LightningModule]Model.optimizer_step` is `optimizer_step`, `save_checkpoint` is
+    `checkpoint`; validation's actions are one `validation` section (see `LooptraceProfiler`).
+    """
+    if action == FETCH:
+        return "data"
+    if action == CHECKPOINT:
+        return "checkpoint"
+    head, _, method = action.rpartition(".")
+    for (owner, name), section in _SHORT.items():
+        if method == name and head.startswith(owner):
+            return section
+    return None
+
+
+def _validating(action: str) -> bool:
+    """Whether `action` belongs to a validation run (or the sanity check before training)."""
+    return any(mark in action for mark in _OUTSIDE_BATCH)
+
+
+def _ends_validation(action: str) -> bool:
+    """Whether `action` starting means a validation run is over (training or saving goes on)."""
+    if _validating(action):
+        return False
+    return "train" in action or action == CHECKPOINT or "teardown" in action
 
 
 class _Kind(enum.Enum):
@@ -76,25 +116,37 @@ class _Frame:
 class LooptraceProfiler(Profiler):
     """A Lightning profiler whose actions are looptrace sections, with a lap per training batch.
 
-    Laps of the timer `root.<name>` run from one training batch's data fetch to the next (or
-    to the end of the epoch, or the start of validation); the actions started while a lap runs
-    are its sections, nested as Lightning nests them. Every other action (setup, epoch hooks,
-    validation) is a section of the timer `root.<name>_fit`, which runs from the first action
-    to the end of the stage. Stops arrive by name: stopping an action also ends the actions
-    started inside it that are still running, and a stop with no running action is ignored.
+    By default laps of the timer `root.<name>` run from one training batch's data fetch to the
+    next (or to the end of the stage), and hold the batch-level actions as sections named by
+    `short_name`: `data`, `to_device`, `optimizer_step` (with `training_step` and `backward`
+    inside, as Lightning nests them) and `checkpoint`. A validation run is one `validation`
+    section, from its first action until training (or saving) goes on, so the epoch-end
+    validation and checkpoint count in the last batch's lap and the laps add up to the whole
+    training time. The sanity check before training is `root.<name>_fit.validation`. Every
+    other action (callbacks' and the module's hooks, setup) is not timed.
+
+    With `keep`, every action it keeps is a section named by `rename`: the laps run from one
+    fetch to the next (or to the end of the epoch, or the start of validation), and every
+    action outside them (setup, epoch hooks, validation) is a section of the timer
+    `root.<name>_fit`, which runs from the first action to the end of the stage;
+    `keep=lambda action: True` times everything. Stops arrive by name: stopping an action
+    also ends the actions started inside it that are still running, and a stop with no
+    running action is ignored.
 
     `summary()` (Lightning prints it at the end of a stage) closes a window with `lt.reset()`
     and renders looptrace's table of this profiler's sections over the windows since `setup`.
 
     Args:
         lt: the configured looptrace.
-        name: name of the lap timer (`root.lightning`); the other actions go under
+        name: name of the lap timer (`root.lightning`); the actions outside laps go under
             `root.<name>_fit`.
-        rename: maps an action to its section name (default `section_name`: dots become `:`).
-        keep: which actions become sections (default all); each costs a section per call, so
-            `keep=lambda action: not action.startswith("[Callback]")` makes a batch cheaper.
-            The data fetch, `run_training_batch`, `run_training_epoch` and validation's actions
-            are always kept.
+        rename: with `keep`, maps an action to its section name (default `section_name`: dots
+            become `:`).
+        keep: which actions become sections (default: the batch-level ones, short-named);
+            each costs a section per call, so
+            `keep=lambda action: not action.startswith("[Callback]")` makes a batch cheaper
+            than everything. The data fetch, `run_training_batch`, `run_training_epoch` and
+            validation's actions are always kept.
         dirpath: where Lightning writes the summary (see Lightning's `Profiler`).
         filename: file name of the summary; without one it is logged.
 
@@ -119,20 +171,23 @@ class LooptraceProfiler(Profiler):
         self._in_batch: list[_Frame] = []
         self._outside: list[_Frame] = []
         self._windows: list[Snapshot] = []
-        self._watching = False
+        self._watching: ResetHook | None = None
         self._trained = False
+        self._validation: Section | None = None  # the running `validation` (default mode)
         self._kinds: dict[str, _Kind] = {}
         self._sections: dict[tuple[Timer, str], Section] = {}
 
     def setup(self, stage: str, local_rank: int | None = None, log_dir: str | None = None) -> None:
         """Start collecting this stage's windows for `summary()`."""
         super().setup(stage, local_rank=local_rank, log_dir=log_dir)
-        if not self._watching:
-            self.lt._outputs.on_reset.append(self._windows.append)
-            self._watching = True
+        if self._watching is None:
+            self._watching = self.lt.on_reset(self._windows.append)
 
     def start(self, action_name: str) -> None:
         """Start the section of `action_name`; a training batch's data fetch starts a lap."""
+        if self._keep is None:
+            self._start_short(action_name)
+            return
         try:
             kind = self._kinds.get(action_name)
             if kind is None:
@@ -166,6 +221,48 @@ class LooptraceProfiler(Profiler):
         except Exception:
             failed(self.lt, "LooptraceProfiler.start")
 
+    def _start_short(self, action: str) -> None:
+        """`start()` of the default: batch-level actions only, short names, one validation."""
+        try:
+            if self._validation is not None:
+                if action != FETCH and not _ends_validation(action):
+                    return  # inside the validation run
+                self._end_validation()
+            if action == FETCH:
+                if self._trained or not self.batches.running:
+                    self._close(self._in_batch, 0)
+                    self.batches.record()
+                    self._trained = False
+            elif action == BATCH:
+                self._trained = True
+                return
+            elif _validating(action):
+                parent = self.batches if self.batches.running else self.fit
+                self._validation = self._section(parent, "validation")
+                self._validation.start()
+                return
+            name = short_name(action)
+            if name is None:
+                return
+            frames = self._in_batch
+            parent = frames[-1].section.timer if frames else self.batches
+            section = self._section(parent, name)
+            section.start()
+            frames.append(_Frame(action, section))
+        except Exception:
+            failed(self.lt, "LooptraceProfiler.start")
+
+    def _section(self, parent: Timer, name: str) -> Section:
+        section = self._sections.get((parent, name))
+        if section is None:
+            section = self._sections[(parent, name)] = parent.section(name)
+        return section
+
+    def _end_validation(self) -> None:
+        validation, self._validation = self._validation, None
+        if validation is not None:
+            validation.stop()
+
     def stop(self, action_name: str) -> None:
         """End the latest running section of `action_name` and those started inside it."""
         if self._kinds.get(action_name) is _Kind.SKIP:
@@ -174,7 +271,7 @@ class LooptraceProfiler(Profiler):
             for frames in (self._in_batch, self._outside):
                 for index in range(len(frames) - 1, -1, -1):
                     if frames[index].action == action_name:
-                        if action_name == EPOCH:
+                        if action_name == EPOCH and self._keep is not None:
                             self._end_batch()
                         self._close(frames, index)
                         return
@@ -202,13 +299,9 @@ class LooptraceProfiler(Profiler):
         """End what still runs and stop collecting windows."""
         try:
             self._end_stage()
-            if self._watching:
-                sinks = self.lt._outputs.on_reset
-                for index, sink in enumerate(sinks):
-                    if sink == self._windows.append:
-                        del sinks[index]
-                        break
-                self._watching = False
+            if self._watching is not None:
+                self._watching.remove()
+                self._watching = None
         except Exception:
             failed(self.lt, "LooptraceProfiler.teardown")
         super().teardown(stage)
@@ -223,6 +316,7 @@ class LooptraceProfiler(Profiler):
             self.batches.stop()
 
     def _end_stage(self) -> None:
+        self._end_validation()
         self._end_batch()
         self._close(self._outside, 0)
         if self.fit.running:
