@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from looptrace._export.settings_table import env_value, option_help, setting, signal_variable
+from looptrace._offline.output import check_output, is_looptrace_png, is_looptrace_trace
 from looptrace._offline.reader import (
     SPANS,
     InputError,
@@ -48,6 +49,7 @@ def add_commands(commands: Subparsers) -> None:
         run_perfetto,
     )
     perfetto.add_argument("-o", "--output", required=True, help="the trace JSON file to write")
+    _add_force(perfetto)
     _add_filters(perfetto)
 
     replay = _command(
@@ -71,11 +73,20 @@ def add_commands(commands: Subparsers) -> None:
         run_plot,
     )
     plot.add_argument("-o", "--output", required=True, help="the PNG file to write")
+    _add_force(plot)
     plot.add_argument("--timer", help="the timer split per step (default: the largest outermost)")
     plot.add_argument(
         "--size", type=_size, default=(1200, 900), help="WIDTHxHEIGHT in pixels (1200x900)"
     )
     _add_filters(plot)
+
+
+def _add_force(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="overwrite an existing output that looptrace did not write (never an input)",
+    )
 
 
 def _add_setting(parser: argparse.ArgumentParser, name: str, **kwargs: Any) -> None:
@@ -207,9 +218,10 @@ def run_perfetto(args: argparse.Namespace) -> int:
         from looptrace._offline.perfetto import chrome_trace  # noqa: PLC0415
     except ImportError:
         raise _needs("files", "the OTLP protocol classes") from None
+    output = Path(args.output)
+    check_output(output, args.files, force=args.force, ours=is_looptrace_trace)
     summary, spans, _ = _summary_of(args, warner("perfetto"), spans_only="perfetto")
     trace = chrome_trace(spans)
-    output = Path(args.output)
     with output.open("w", encoding="utf-8") as handle:
         json.dump(trace, handle, separators=(",", ":"))
     ranks = sorted(summary.per_rank)
@@ -270,13 +282,14 @@ def run_plot(args: argparse.Namespace) -> int:
         from looptrace._offline.plot_data import from_spans, from_windows  # noqa: PLC0415
     except ImportError:
         raise _needs("plot", "matplotlib") from None
+    output = Path(args.output)
+    check_output(output, args.files, force=args.force, ours=is_looptrace_png)
     summary, records, kind = _summary_of(args, warner("plot"))
     data = (
         from_spans(records, summary, args.timer)
         if kind == SPANS
         else from_windows(records, summary, args.timer)
     )
-    output = Path(args.output)
     try:
         draw(data, output, *args.size)
     except ImportError:
