@@ -236,3 +236,35 @@ def test_cross_rank_snapshot_lines_give_the_straggler_column(
         "root.fwd      6  100 ms  100 ms  100 ms  600 ms            600 ms    100 ms    500 ms        3",  # noqa: E501
     ]
     assert out[5].startswith("rank min / rank max: lowest and highest per-rank mean in any window")
+
+
+HOSTILE_NAMES = {
+    "red\x1b[31m": "red\\x1b[31m",
+    "over\rwrite": "over\\rwrite",
+    "nul\x00": "nul\\x00",
+    "evil\u202etxt.exe": "evil\\u202etxt.exe",
+    "two\nlines": "two\\nlines",
+    "back\\slash": "back\\\\slash",
+    "bell\x07\x9b": "bell\\x07\\x9b",
+}
+
+
+def test_names_from_files_are_shown_escaped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Escape sequences, CR, NUL, bidi overrides and newlines in names reach no terminal raw."""
+    section = {"count": 1, "total": 0.1, "mean": 0.1, "min": 0.1, "max": 0.1, "buckets": []}
+    stats = {"root.t": section} | {f"root.t.{name}": section for name in HOSTILE_NAMES}
+    record = {"kind": "looptrace.snapshot", "version": 1, "step": 3, "rank": 0}
+    record |= {"subtree": "root.t\x1b]0;title\x07", "stats": stats}
+    snapshots = tmp_path / "snapshots.jsonl"
+    snapshots.write_text(json.dumps(record) + "\n")
+    out = _summary(capsys, snapshots)
+    assert all(c.isprintable() for c in out.replace("\n", "")), ascii(out)
+    lines = out.splitlines()
+    assert lines[0] == (
+        "snapshot files: 1 window (1 of root.t\\x1b]0;title\\x07), rank 0, closed at step 3"
+    )
+    rows = [line.strip().split("  ")[0] for line in lines[3 : 3 + len(stats)]]
+    assert sorted(rows[1:]) == sorted(HOSTILE_NAMES.values())
+    assert len(lines) == 3 + len(stats)

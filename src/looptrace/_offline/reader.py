@@ -17,6 +17,7 @@ from typing import Any
 
 from looptrace._export.records import LOSS_KIND, SNAPSHOT_KIND
 from looptrace._offline.progress import ByteProgress, Progress
+from looptrace._offline.text import one_line
 from looptrace._stats.snapshot import METRIC_STATS, SectionStats
 
 Warn = Callable[[str], None]
@@ -82,7 +83,7 @@ class JsonLinesFile:
                 kind = kind_of(record)
                 if kind is None:
                     keys = ", ".join(list(record)[:4]) if isinstance(record, dict) else "none"
-                    keys = _printable(keys)
+                    keys = one_line(keys)
                     raise InputError(
                         f"{self.name}: not a looptrace span, snapshot or metrics file "
                         f"(line {number} has keys: {keys})"
@@ -126,7 +127,7 @@ class JsonLinesFile:
         """Warn that line `number` is malformed and skipped (a few per file, then a count)."""
         self._rejected += 1
         if self._rejected <= _WARNINGS_PER_FILE:
-            self._warn(f"{self.name}: line {number} {_printable(problem)}; skipped")
+            self._warn(f"{self.name}: line {number} {one_line(problem)}; skipped")
 
     def _count_loss(self, record: dict[str, Any], number: int) -> None:
         for what in ("spans", "windows"):
@@ -147,12 +148,6 @@ class JsonLinesFile:
         tail = f" and {more} more" if more > 0 else ""
         noun = "line" if len(numbers) == 1 else "lines"
         self._warn(f"{self.name}: skipped unreadable {noun} {shown}{tail}")
-
-
-def _printable(text: str, limit: int = 200) -> str:
-    """Return text from a file as one printable line of at most `limit` characters."""
-    flat = "".join(c if c.isprintable() else "?" for c in text)
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
 def open_inputs(names: Sequence[str], warn: Warn) -> tuple[str, list[JsonLinesFile]]:

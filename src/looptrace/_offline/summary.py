@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from looptrace._offline.reader import InputError, Window
 from looptrace._offline.table import format_seconds, render_table
+from looptrace._offline.text import escaped
 from looptrace._stats.buckets import BOUNDARIES_S
 from looptrace._stats.sketch import nearest_rank
 from looptrace._stats.snapshot import SectionStats
@@ -193,7 +194,7 @@ def _subtrees_text(windows: Sequence[Window]) -> str:
     subtrees = Counter(w.subtree for w in windows)
     if set(subtrees) <= {"root"}:
         return ""
-    return f" ({', '.join(f'{n} of {path}' for path, n in sorted(subtrees.items()))})"
+    return f" ({', '.join(f'{n} of {escaped(path)}' for path, n in sorted(subtrees.items()))})"
 
 
 def _steps_text(steps: Sequence[int], what: str) -> str:
