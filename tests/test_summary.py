@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import json
 import math
+import tempfile
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from looptrace import SectionStats
+from looptrace import Section, SectionStats, Snapshot, configure
 from looptrace._cli import main
-from looptrace._offline.reader import Window
-from looptrace._offline.summary import merge_windows
-from looptrace.testing import capture
+from looptrace._offline.reader import Window, load_windows, open_inputs
+from looptrace._offline.span_records import load_spans
+from looptrace._offline.summary import merge_windows, summarize_spans, summarize_windows
+from looptrace.testing import FakeClock, capture
 
 from .runs import Run, record_run
 
@@ -268,3 +274,117 @@ def test_names_from_files_are_shown_escaped(
     rows = [line.strip().split("  ")[0] for line in lines[3 : 3 + len(stats)]]
     assert sorted(rows[1:]) == sorted(HOSTILE_NAMES.values())
     assert len(lines) == 3 + len(stats)
+
+
+NAMES = ("data", "forward", "backward")
+lap_operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("record"), st.sampled_from((None, *NAMES))),
+        st.tuples(st.just("enter"), st.sampled_from(NAMES)),
+        st.tuples(st.just("exit"), st.none()),
+        st.tuples(st.just("stop"), st.none()),
+        st.tuples(st.just("advance"), st.integers(1, 500_000)),
+        st.tuples(st.just("reset"), st.none()),
+    ),
+    max_size=40,
+)
+
+
+def _sums(windows: list[Snapshot]) -> dict[str, tuple[int, float, float, float]]:
+    """Return per path: count, total, self time and mean of the ended intervals, summed."""
+    sums: dict[str, list[float]] = {}
+    for window in windows:
+        for path, stats in window.items():
+            entry = sums.setdefault(path, [0, 0.0, 0.0, 0.0])
+            entry[0] += stats.count
+            entry[1] += stats.total
+            entry[2] += stats.self_time
+            entry[3] += stats.count * stats.mean if stats.count else 0.0
+    return {
+        path: (int(n), round(total, 9), round(own, 9), round(weighted / n, 9) if n else math.nan)
+        for path, (n, total, own, weighted) in sums.items()
+    }
+
+
+def _as_sums(stats: Mapping[str, SectionStats]) -> dict[str, tuple[int, float, float, float]]:
+    return {
+        path: (s.count, round(s.total, 9), round(s.self_time, 9), round(s.mean, 9))
+        for path, s in stats.items()
+    }
+
+
+def _nan_equal(a: Mapping[str, object], b: Mapping[str, object]) -> bool:
+    return repr(sorted(a.items())) == repr(sorted(b.items()))  # NaN == NaN as text
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(lap_operations)
+def test_the_summary_of_the_files_is_the_sum_of_the_windows(ops: list[tuple[str, Any]]) -> None:
+    """Any laps, sections and resets: the files' summaries equal the in-memory windows summed."""
+    with tempfile.TemporaryDirectory() as directory:
+        folder = Path(directory)
+        clock = FakeClock(start_s=0.0)
+        lt = configure(
+            clock=clock,
+            trace_every=1,
+            trace_file=folder / "spans.jsonl",
+            snapshot_file=folder / "snapshots.jsonl",
+        )
+        train = lt.timer("training")
+        entered: list[Section] = []
+        windows: list[Snapshot] = []
+        for op, arg in ops:
+            if op == "record":
+                train.record(arg)
+            elif op == "enter":
+                entered.append(train.section(arg))
+                entered[-1].start()
+            elif op == "exit" and entered:
+                entered.pop().stop()
+            elif op == "stop" and train.running:
+                train.stop()
+            elif op == "advance":
+                clock.advance(arg / 1e6)
+            elif op == "reset":
+                windows.append(lt.reset())
+        while entered:
+            entered.pop().stop()
+        if train.running:
+            train.stop()
+        windows.append(lt.reset())
+        lt.shutdown()
+        expected = _sums(windows)
+        if not any(n for n, *_ in expected.values()):
+            return  # nothing ended: no span, and no window line but those of running time
+        quiet: list[str] = []
+        _, snapshot_files = open_inputs([str(folder / "snapshots.jsonl")], quiet.append)
+        from_snapshots = summarize_windows(load_windows("snapshot", snapshot_files, quiet.append))
+        assert _nan_equal(_as_sums(from_snapshots.combined), expected)
+        _, span_files = open_inputs([str(folder / "spans.jsonl")], quiet.append)
+        from_spans = summarize_spans(load_spans(span_files, quiet.append))
+        ended = {path: sums for path, sums in expected.items() if sums[0]}
+        assert _nan_equal(_as_sums(from_spans.combined), ended)
+        assert quiet == []
+
+
+def test_a_section_cut_by_many_resets_keeps_its_time(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A 500 ms `data` cut by 50 resets: count 1, mean and total 500 ms, 98 % of its parent."""
+    clock = FakeClock(start_s=0.0)
+    lt = configure(clock=clock, snapshot_file=tmp_path / "snapshots.jsonl")
+    train = lt.timer("training")
+    train.record("data")
+    for _ in range(50):
+        clock.advance(0.010)
+        lt.reset()
+    train.record("forward")
+    clock.advance(0.010)
+    train.stop()
+    lt.shutdown()
+    table = _summary(capsys, tmp_path / "snapshots.jsonl").splitlines()[2:5]
+    assert [line.split() for line in table] == [
+        ["section", "count", "mean", "p50", "p99", "total", "%", "parent", "self"],
+        ["root.training", "1", "510", "ms", "510", "ms", "510", "ms", "510", "ms", "0", "ns"],
+        ["data", "1", "500", "ms", "500", "ms", "500", "ms", "500", "ms", "98.0", "500", "ms"],
+    ]
