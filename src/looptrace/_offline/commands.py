@@ -64,6 +64,14 @@ def add_commands(commands: Subparsers) -> None:
     _add_setting(replay, _PROTOCOL, choices=setting(_PROTOCOL).choices)
     _add_setting(replay, _HEADERS, action="append", default=[], metavar="KEY=VALUE")
     _add_setting(replay, _TIMEOUT, type=float)
+    replay.add_argument(
+        "--max-request-bytes",
+        type=_request_limit,
+        default=4 * 1024 * 1024,
+        metavar="BYTES",
+        help="split a recorded batch into requests of at most this many bytes (4194304, "
+        "4 MiB: the default limit of gRPC servers and of the Collector's OTLP receiver)",
+    )
 
     plot = _command(
         commands,
@@ -141,6 +149,13 @@ def _non_negative(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def _request_limit(text: str) -> int:
+    value = _non_negative(text)
+    if value < 64 * 1024:
+        raise argparse.ArgumentTypeError(f"must be at least 65536 (64 KiB), got {value}")
     return value
 
 
@@ -254,7 +269,7 @@ def run_replay(args: argparse.Namespace) -> int:
         with _replay.graceful_interrupt() as stop:
             sender = _replay.make_sender(settings, _replay.Retry(stop=stop))
             try:
-                result = _replay.replay(files, sender, warn, stop)
+                result = _replay.replay(files, sender, warn, stop, args.max_request_bytes)
             finally:
                 sender.close()
     except ImportError:
@@ -271,6 +286,12 @@ def run_replay(args: argparse.Namespace) -> int:
         after = f" (through {result.last})" if result.last else ""
         print(f"interrupted: sent {sent}{after} {where}{rejected}; the rest was not sent")
         return 130
+    if result.refusals:
+        lost = f"{result.refused_spans} span{'s' * (result.refused_spans != 1)}"
+        print(
+            f"replayed {sent} {where}{rejected}; {lost} not delivered (each refusal is named above)"
+        )
+        return 1
     print(f"replayed {sent} {where}{rejected}")
     return 0
 
