@@ -82,7 +82,7 @@ def test_snapshot_files_merge_windows(
     out = _summary(capsys, *(run.snapshot_file for run in two_ranks))
     assert out == "\n".join(
         [
-            "snapshot files: 4 windows, 2 ranks (0, 1), closed at steps 2-4",
+            "snapshot files: 4 windows, 2 ranks (0, 1), steps 0-3",
             "",
             "section        count     mean    p50     p99   total  % parent    self  rank min  rank max  slowest",  # noqa: E501
             "root.training      8  77.5 ms  70 ms  125 ms  620 ms              0 ns     75 ms     80 ms        1",  # noqa: E501
@@ -183,7 +183,7 @@ def test_since_step_on_snapshot_files_keeps_later_windows(
 ) -> None:
     """--since-step keeps the windows that closed at that step or later."""
     out = _summary(capsys, *(run.snapshot_file for run in two_ranks), "--since-step", "3")
-    assert out.splitlines()[0] == "snapshot files: 2 windows, 2 ranks (0, 1), closed at step 4"
+    assert out.splitlines()[0] == "snapshot files: 2 windows, 2 ranks (0, 1), steps 2-3"
     counts = {line.split()[0]: line.split()[1] for line in out.splitlines()[3:6]}
     assert counts == {"root.training": "4", "forward": "4", "data": "4"}
 

@@ -196,6 +196,7 @@ class Window:
     stats: dict[str, SectionStats]
     spread: dict[str, dict[str, Any]] | None = None  # `across_ranks` of the snapshot line
     subtree: str = "root"  # the timer whose window it is (`timer.reset()`)
+    steps: tuple[int, int] | None = None  # the first and last step it holds time of
 
 
 def load_windows(kind: str, files: Sequence[JsonLinesFile], warn: Warn) -> list[Window]:
@@ -257,7 +258,20 @@ def _snapshot(record: dict[str, Any]) -> Window:
         stats=stats,
         spread=_spread(record.get("across_ranks")),
         subtree=_subtree(record.get("subtree", "root")),
+        steps=_steps(record.get("steps")),
     )
+
+
+def _steps(value: object) -> tuple[int, int] | None:
+    """Return the `steps` of a snapshot line: `[first, last]`, or None when absent."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or len(value) != 2:
+        raise TypeError("steps is not [first, last]")
+    first, last = _whole(value[0], "steps"), _whole(value[1], "steps")
+    if first > last:
+        raise ValueError("steps has its first step after its last")
+    return first, last
 
 
 def _subtree(value: object) -> str:

@@ -118,9 +118,8 @@ def summarize_windows(windows: Sequence[Window]) -> Summary:
     per_rank: dict[int, list[Window]] = defaultdict(list)
     for window in windows:
         per_rank[window.rank].append(window)
-    steps = [w.step for w in windows if w.step is not None]
     description = f"{_count(len(windows), 'window')}{_subtrees_text(windows)}, "
-    description += _ranks_text(per_rank) + _steps_text(steps, "closed at step")
+    description += _ranks_text(per_rank) + _window_steps_text(windows)
     return Summary(
         combined=merge_windows(windows),
         per_rank={rank: merge_windows(group) for rank, group in sorted(per_rank.items())},
@@ -205,6 +204,14 @@ def _steps_text(steps: Sequence[int], what: str) -> str:
         return ""
     low, high = min(steps), max(steps)
     return f", {what} {low}" if low == high else f", {what}s {low}-{high}"
+
+
+def _window_steps_text(windows: Sequence[Window]) -> str:
+    """Name the steps the windows hold, first to last, or else the steps they closed at."""
+    ranges = [w.steps for w in windows if w.steps is not None]
+    if ranges:
+        return _steps_text([low for low, _ in ranges] + [high for _, high in ranges], "step")
+    return _steps_text([w.step for w in windows if w.step is not None], "closed at step")
 
 
 def _ranks_text(per_rank: Mapping[int, object]) -> str:
