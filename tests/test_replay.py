@@ -502,6 +502,6 @@ def test_a_span_too_large_to_send_is_reported_and_the_rest_sent(
         "later-0", "load-0", "load-1", "z-0", "z-1"
     ]  # fmt: skip
     assert captured.out == (
-        f"replayed 5 spans in 2 requests to {receiver.endpoint} (grpc); 1 span not delivered "
+        f"replayed 5 spans in 3 requests to {receiver.endpoint} (grpc); 1 span not delivered "
         "(each refusal is named above)\n"
     )

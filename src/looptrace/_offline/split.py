@@ -54,7 +54,10 @@ def split_request(request: ExportTraceServiceRequest, limit: int) -> Iterator[Pa
             target = None  # the scope in `current` that takes the next span
             for span in scope_spans.spans:
                 span_size = span.ByteSize() + _FRAME
-                if head + span_size > limit:
+                if head + span_size > limit:  # alone over the limit: after what came before
+                    if spans:
+                        yield Part(current, spans, current.ByteSize())
+                        current, used, spans, target = ExportTraceServiceRequest(), 0, 0, None
                     yield Part(None, 1, span.ByteSize())
                     continue
                 extra = span_size if target is not None else head + span_size
