@@ -64,7 +64,7 @@ def test_the_commands_the_demo_prints_work(
     for argv in commands[:3]:
         assert main(argv) == 0, argv
     out = capsys.readouterr().out
-    assert out.startswith("snapshot files: 2 windows, rank 0, closed at steps 100-200\n")
+    assert out.startswith("snapshot files: 2 windows, rank 0, steps 0-199\n")
     assert (tmp_path / "timings.png").stat().st_size > 10_000
     assert (tmp_path / "trace.json").stat().st_size > 10_000
 

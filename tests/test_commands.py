@@ -290,7 +290,7 @@ def test_a_hostile_snapshot_line_is_skipped_with_one_warning(
     (warning,) = err.splitlines()
     assert warning.startswith(f"looptrace {command}: warning: {run.snapshot_file}: ")
     assert problem in warning and "line 2" in warning
-    assert "4 windows, rank 0, closed at steps 1-4" in out
+    assert "4 windows, rank 0, steps 0-3" in out
 
 
 @pytest.mark.parametrize("command", ["summary", "plot"])

@@ -102,6 +102,7 @@ def test_snapshot_file_has_one_line_per_window(tmp_path: Path) -> None:
         "kind": "looptrace.snapshot",
         "version": 1,
         "step": 1,
+        "steps": [0, 1],  # lap 1 began at the instant of the cut
         "time": first.end_ns / 1e9,
         "start_ns": first.start_ns,
         "end_ns": first.end_ns,
@@ -111,7 +112,11 @@ def test_snapshot_file_has_one_line_per_window(tmp_path: Path) -> None:
         "stats": first.to_dict(),
     }
     # The second lap ended at stop(): two steps done when the last window closed.
-    assert (lines[1]["step"], lines[1]["stats"]["root.training"]["total"]) == (2, 0.5)
+    assert (lines[1]["step"], lines[1]["steps"], lines[1]["stats"]["root.training"]["total"]) == (
+        2,
+        [1, 1],
+        0.5,
+    )
 
 
 def test_undefined_statistics_are_written_as_null(tmp_path: Path) -> None:

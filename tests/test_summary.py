@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import json
 import math
+import tempfile
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from looptrace import SectionStats
+from looptrace import Section, SectionStats, Snapshot, configure
 from looptrace._cli import main
-from looptrace._offline.reader import Window
-from looptrace._offline.summary import merge_windows
-from looptrace.testing import capture
+from looptrace._offline.reader import Window, load_windows, open_inputs
+from looptrace._offline.span_records import load_spans
+from looptrace._offline.summary import merge_windows, summarize_spans, summarize_windows
+from looptrace.testing import FakeClock, capture
 
 from .runs import Run, record_run
 
@@ -76,7 +82,7 @@ def test_snapshot_files_merge_windows(
     out = _summary(capsys, *(run.snapshot_file for run in two_ranks))
     assert out == "\n".join(
         [
-            "snapshot files: 4 windows, 2 ranks (0, 1), closed at steps 2-4",
+            "snapshot files: 4 windows, 2 ranks (0, 1), steps 0-3",
             "",
             "section        count     mean    p50     p99   total  % parent    self  rank min  rank max  slowest",  # noqa: E501
             "root.training      8  77.5 ms  70 ms  125 ms  620 ms              0 ns     75 ms     80 ms        1",  # noqa: E501
@@ -177,7 +183,7 @@ def test_since_step_on_snapshot_files_keeps_later_windows(
 ) -> None:
     """--since-step keeps the windows that closed at that step or later."""
     out = _summary(capsys, *(run.snapshot_file for run in two_ranks), "--since-step", "3")
-    assert out.splitlines()[0] == "snapshot files: 2 windows, 2 ranks (0, 1), closed at step 4"
+    assert out.splitlines()[0] == "snapshot files: 2 windows, 2 ranks (0, 1), steps 2-3"
     counts = {line.split()[0]: line.split()[1] for line in out.splitlines()[3:6]}
     assert counts == {"root.training": "4", "forward": "4", "data": "4"}
 
@@ -236,3 +242,149 @@ def test_cross_rank_snapshot_lines_give_the_straggler_column(
         "root.fwd      6  100 ms  100 ms  100 ms  600 ms            600 ms    100 ms    500 ms        3",  # noqa: E501
     ]
     assert out[5].startswith("rank min / rank max: lowest and highest per-rank mean in any window")
+
+
+HOSTILE_NAMES = {
+    "red\x1b[31m": "red\\x1b[31m",
+    "over\rwrite": "over\\rwrite",
+    "nul\x00": "nul\\x00",
+    "evil\u202etxt.exe": "evil\\u202etxt.exe",
+    "two\nlines": "two\\nlines",
+    "back\\slash": "back\\\\slash",
+    "bell\x07\x9b": "bell\\x07\\x9b",
+}
+
+
+def test_names_from_files_are_shown_escaped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Escape sequences, CR, NUL, bidi overrides and newlines in names reach no terminal raw."""
+    section = {"count": 1, "total": 0.1, "mean": 0.1, "min": 0.1, "max": 0.1, "buckets": []}
+    stats = {"root.t": section} | {f"root.t.{name}": section for name in HOSTILE_NAMES}
+    record = {"kind": "looptrace.snapshot", "version": 1, "step": 3, "rank": 0}
+    record |= {"subtree": "root.t\x1b]0;title\x07", "stats": stats}
+    snapshots = tmp_path / "snapshots.jsonl"
+    snapshots.write_text(json.dumps(record) + "\n")
+    out = _summary(capsys, snapshots)
+    assert all(c.isprintable() for c in out.replace("\n", "")), ascii(out)
+    lines = out.splitlines()
+    assert lines[0] == (
+        "snapshot files: 1 window (1 of root.t\\x1b]0;title\\x07), rank 0, closed at step 3"
+    )
+    rows = [line.strip().split("  ")[0] for line in lines[3 : 3 + len(stats)]]
+    assert sorted(rows[1:]) == sorted(HOSTILE_NAMES.values())
+    assert len(lines) == 3 + len(stats)
+
+
+NAMES = ("data", "forward", "backward")
+lap_operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("record"), st.sampled_from((None, *NAMES))),
+        st.tuples(st.just("enter"), st.sampled_from(NAMES)),
+        st.tuples(st.just("exit"), st.none()),
+        st.tuples(st.just("stop"), st.none()),
+        st.tuples(st.just("advance"), st.integers(1, 500_000)),
+        st.tuples(st.just("reset"), st.none()),
+    ),
+    max_size=40,
+)
+
+
+def _sums(windows: list[Snapshot]) -> dict[str, tuple[int, float, float, float]]:
+    """Return per path: count, total, self time and mean of the ended intervals, summed."""
+    sums: dict[str, list[float]] = {}
+    for window in windows:
+        for path, stats in window.items():
+            entry = sums.setdefault(path, [0, 0.0, 0.0, 0.0])
+            entry[0] += stats.count
+            entry[1] += stats.total
+            entry[2] += stats.self_time
+            entry[3] += stats.count * stats.mean if stats.count else 0.0
+    return {
+        path: (int(n), round(total, 9), round(own, 9), round(weighted / n, 9) if n else math.nan)
+        for path, (n, total, own, weighted) in sums.items()
+    }
+
+
+def _as_sums(stats: Mapping[str, SectionStats]) -> dict[str, tuple[int, float, float, float]]:
+    return {
+        path: (s.count, round(s.total, 9), round(s.self_time, 9), round(s.mean, 9))
+        for path, s in stats.items()
+    }
+
+
+def _nan_equal(a: Mapping[str, object], b: Mapping[str, object]) -> bool:
+    return repr(sorted(a.items())) == repr(sorted(b.items()))  # NaN == NaN as text
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(lap_operations)
+def test_the_summary_of_the_files_is_the_sum_of_the_windows(ops: list[tuple[str, Any]]) -> None:
+    """Any laps, sections and resets: the files' summaries equal the in-memory windows summed."""
+    with tempfile.TemporaryDirectory() as directory:
+        folder = Path(directory)
+        clock = FakeClock(start_s=0.0)
+        lt = configure(
+            clock=clock,
+            trace_every=1,
+            trace_file=folder / "spans.jsonl",
+            snapshot_file=folder / "snapshots.jsonl",
+        )
+        train = lt.timer("training")
+        entered: list[Section] = []
+        windows: list[Snapshot] = []
+        for op, arg in ops:
+            if op == "record":
+                train.record(arg)
+            elif op == "enter":
+                entered.append(train.section(arg))
+                entered[-1].start()
+            elif op == "exit" and entered:
+                entered.pop().stop()
+            elif op == "stop" and train.running:
+                train.stop()
+            elif op == "advance":
+                clock.advance(arg / 1e6)
+            elif op == "reset":
+                windows.append(lt.reset())
+        while entered:
+            entered.pop().stop()
+        if train.running:
+            train.stop()
+        windows.append(lt.reset())
+        lt.shutdown()
+        expected = _sums(windows)
+        if not any(n for n, *_ in expected.values()):
+            return  # nothing ended: no span, and no window line but those of running time
+        quiet: list[str] = []
+        _, snapshot_files = open_inputs([str(folder / "snapshots.jsonl")], quiet.append)
+        from_snapshots = summarize_windows(load_windows("snapshot", snapshot_files, quiet.append))
+        assert _nan_equal(_as_sums(from_snapshots.combined), expected)
+        _, span_files = open_inputs([str(folder / "spans.jsonl")], quiet.append)
+        from_spans = summarize_spans(load_spans(span_files, quiet.append))
+        ended = {path: sums for path, sums in expected.items() if sums[0]}
+        assert _nan_equal(_as_sums(from_spans.combined), ended)
+        assert quiet == []
+
+
+def test_a_section_cut_by_many_resets_keeps_its_time(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A 500 ms `data` cut by 50 resets: count 1, mean and total 500 ms, 98 % of its parent."""
+    clock = FakeClock(start_s=0.0)
+    lt = configure(clock=clock, snapshot_file=tmp_path / "snapshots.jsonl")
+    train = lt.timer("training")
+    train.record("data")
+    for _ in range(50):
+        clock.advance(0.010)
+        lt.reset()
+    train.record("forward")
+    clock.advance(0.010)
+    train.stop()
+    lt.shutdown()
+    table = _summary(capsys, tmp_path / "snapshots.jsonl").splitlines()[2:5]
+    assert [line.split() for line in table] == [
+        ["section", "count", "mean", "p50", "p99", "total", "%", "parent", "self"],
+        ["root.training", "1", "510", "ms", "510", "ms", "510", "ms", "510", "ms", "0", "ns"],
+        ["data", "1", "500", "ms", "500", "ms", "500", "ms", "500", "ms", "98.0", "500", "ms"],
+    ]

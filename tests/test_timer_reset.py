@@ -217,7 +217,7 @@ def test_snapshot_file_names_the_subtree_and_summary_reads_it(
     assert main(["summary", str(path)]) == 0
     assert capsys.readouterr().out.splitlines() == [
         "snapshot files: 3 windows (1 of root, 1 of root.inference, 1 of root.training), rank 0, "
-        "closed at steps 1-2",
+        "steps 0-1",
         "",
         "section         count    mean     p50     p99   total  % parent    self",
         "root.training       2  625 ms  500 ms  750 ms  1.25 s            1.25 s",
@@ -293,3 +293,42 @@ def test_metrics_flush_adds_each_subtree_window_to_its_paths() -> None:
         "root.inference": 1,
         "root.inference.predict": 12,
     }
+
+
+def test_windows_name_their_first_and_last_step(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A checkpoint after the reset in step 99 is in the window of steps 99-149, in every output."""
+    path = tmp_path / "s.jsonl"
+    cap = capture(snapshot_file=path, trace_every=0)
+    train = cap.lt.timer("training")
+    snapshots: list[Snapshot] = []
+    for step, _ in enumerate(train.iterate(range(200))):
+        train.record("forward")
+        cap.clock.advance(0.01)
+        if step % 50 == 49:
+            snapshots.append(cap.lt.reset())  # mid-step: step 49 is split between two windows
+        if step == 99:
+            with train.section("checkpoint"):
+                cap.clock.advance(5.0)
+    snapshots.append(cap.lt.reset())  # after the loop: no lap runs
+    snapshots.append(cap.lt.reset())  # nothing since
+    cap.lt.shutdown()
+    assert [(s.step, s.steps, "root.training.checkpoint" in s) for s in snapshots] == [
+        (49, range(0, 50), False),
+        (99, range(49, 100), False),
+        (149, range(99, 150), True),
+        (199, range(149, 200), False),
+        (200, range(199, 200), False),
+        (200, range(200, 200), False),
+    ]
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [(line["step"], line.get("steps")) for line in lines] == [
+        (49, [0, 49]),
+        (99, [49, 99]),
+        (149, [99, 149]),
+        (199, [149, 199]),
+        (200, [199, 199]),
+    ]
+    assert main(["summary", str(path)]) == 0
+    assert capsys.readouterr().out.startswith("snapshot files: 5 windows, rank 0, steps 0-199\n")

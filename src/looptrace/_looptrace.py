@@ -43,6 +43,8 @@ class Looptrace:
         self._processor = processor
         self._window_start = engine.now()
         self._subtree_starts: dict[str, int] = {}  # timer path -> its last own reset
+        # timer path (None: every timer) -> the step its next window starts in
+        self._first_steps: dict[str | None, int] = {}
         self._shutdown_lock = threading.Lock()
         self.root = Timer(engine, "root", None)
         engine.reset_timer = self._reset_timer
@@ -124,6 +126,20 @@ class Looptrace:
         self._subtree_starts[subtree] = now
         return start
 
+    def _window_steps(self, subtree: str | None, done: int | None) -> range | None:
+        """Return the steps the closing window holds time of; the next one starts at `done`.
+
+        The window starts in the step that ran (or was next) at the previous cut; it ends in
+        the last step begun. `lt.reset()` starts every timer's next window.
+        """
+        begun = self._engine.windows.steps_begun(subtree)
+        first = self._first_steps.get(subtree, self._first_steps.get(None, 0))
+        if subtree is None:
+            self._first_steps.clear()
+        if done is not None:
+            self._first_steps[subtree] = done
+        return None if begun is None else range(first, max(first, begun))
+
     def _close_window(
         self, *, across_ranks: bool, final: bool, subtree: str | None = None
     ) -> Snapshot:
@@ -150,6 +166,7 @@ class Looptrace:
                 step=engine.windows.steps_done(subtree),
                 subtree=subtree,
             )
+            snapshot.steps = self._window_steps(subtree, snapshot.step)
         snapshot = reduce_or_keep(snapshot, self._incidents, reduce=across_ranks)  # counts it
         for sink in self._outputs.on_reset:
             try:

@@ -47,6 +47,22 @@ class Windows:
         ]
         return max(done, default=None)
 
+    def steps_begun(self, subtree: str | None = None) -> int | None:
+        """Return how many outermost laps the calling thread has begun (None: no laps).
+
+        Chosen as `steps_done` chooses; one more than it while a lap runs. The last step a
+        window holds part of is one less.
+        """
+        mine: ThreadState | None = getattr(self.engine.local, "state", None)
+        states = [mine] if mine is not None else self.engine.states.all()
+        begun = [
+            node.laps
+            for state in states
+            for node in list(state.tops)
+            if _within(node.path, subtree)
+        ]
+        return max(begun, default=None)
+
     def merge_pending(self, state: ThreadState) -> None:
         """Group a thread's log into the window now that it is full (bounds memory)."""
         aggregator = self.engine.aggregator

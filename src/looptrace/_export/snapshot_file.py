@@ -24,7 +24,9 @@ class SnapshotFileWriter:
     """An `Outputs.on_reset` sink writing each window's snapshot as one JSON line.
 
     A line holds `kind`, `version`, `step` (the outermost laps completed when the window
-    closed, so its spans have `looptrace.step` below it), `time` (its end, epoch seconds),
+    closed, so its spans have `looptrace.step` below it), `steps` (`[first, last]`: the steps
+    it holds time of, the first and the last possibly in part; absent when no lap ran in it),
+    `time` (its end, epoch seconds),
     `start_ns`, `end_ns`, `rank`, `world_size`, `host` and `stats` (path -> the `SectionStats`
     fields; undefined values as null), for `reset(across_ranks=True)` windows
     `across_ranks` (path -> the `SectionSpread` as a dict), and for a `timer.reset()` window
@@ -114,6 +116,8 @@ class SnapshotFileWriter:
             "host": self._host,
             "stats": {path: _finite(stats.to_dict()) for path, stats in snapshot.items()},
         }
+        if snapshot.steps:  # the first and last step it holds time of
+            record["steps"] = [snapshot.steps.start, snapshot.steps.stop - 1]
         if snapshot.subtree != "root":  # timer.reset(): the window of that timer's subtree
             record["subtree"] = snapshot.subtree
         if snapshot.across_ranks is not None:  # reset(across_ranks=True): the job's spread

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from looptrace._export.settings_table import env_value, option_help, setting, signal_variable
+from looptrace._offline.output import check_output, is_looptrace_png, is_looptrace_trace
 from looptrace._offline.reader import (
     SPANS,
     InputError,
@@ -48,6 +49,7 @@ def add_commands(commands: Subparsers) -> None:
         run_perfetto,
     )
     perfetto.add_argument("-o", "--output", required=True, help="the trace JSON file to write")
+    _add_force(perfetto)
     _add_filters(perfetto)
 
     replay = _command(
@@ -62,6 +64,14 @@ def add_commands(commands: Subparsers) -> None:
     _add_setting(replay, _PROTOCOL, choices=setting(_PROTOCOL).choices)
     _add_setting(replay, _HEADERS, action="append", default=[], metavar="KEY=VALUE")
     _add_setting(replay, _TIMEOUT, type=float)
+    replay.add_argument(
+        "--max-request-bytes",
+        type=_request_limit,
+        default=4 * 1024 * 1024,
+        metavar="BYTES",
+        help="split a recorded batch into requests of at most this many bytes (4194304, "
+        "4 MiB: the default limit of gRPC servers and of the Collector's OTLP receiver)",
+    )
 
     plot = _command(
         commands,
@@ -71,11 +81,20 @@ def add_commands(commands: Subparsers) -> None:
         run_plot,
     )
     plot.add_argument("-o", "--output", required=True, help="the PNG file to write")
+    _add_force(plot)
     plot.add_argument("--timer", help="the timer split per step (default: the largest outermost)")
     plot.add_argument(
         "--size", type=_size, default=(1200, 900), help="WIDTHxHEIGHT in pixels (1200x900)"
     )
     _add_filters(plot)
+
+
+def _add_force(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="overwrite an existing output that looptrace did not write (never an input)",
+    )
 
 
 def _add_setting(parser: argparse.ArgumentParser, name: str, **kwargs: Any) -> None:
@@ -130,6 +149,13 @@ def _non_negative(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def _request_limit(text: str) -> int:
+    value = _non_negative(text)
+    if value < 64 * 1024:
+        raise argparse.ArgumentTypeError(f"must be at least 65536 (64 KiB), got {value}")
     return value
 
 
@@ -207,9 +233,10 @@ def run_perfetto(args: argparse.Namespace) -> int:
         from looptrace._offline.perfetto import chrome_trace  # noqa: PLC0415
     except ImportError:
         raise _needs("files", "the OTLP protocol classes") from None
+    output = Path(args.output)
+    check_output(output, args.files, force=args.force, ours=is_looptrace_trace)
     summary, spans, _ = _summary_of(args, warner("perfetto"), spans_only="perfetto")
     trace = chrome_trace(spans)
-    output = Path(args.output)
     with output.open("w", encoding="utf-8") as handle:
         json.dump(trace, handle, separators=(",", ":"))
     ranks = sorted(summary.per_rank)
@@ -242,7 +269,7 @@ def run_replay(args: argparse.Namespace) -> int:
         with _replay.graceful_interrupt() as stop:
             sender = _replay.make_sender(settings, _replay.Retry(stop=stop))
             try:
-                result = _replay.replay(files, sender, warn, stop)
+                result = _replay.replay(files, sender, warn, stop, args.max_request_bytes)
             finally:
                 sender.close()
     except ImportError:
@@ -259,6 +286,12 @@ def run_replay(args: argparse.Namespace) -> int:
         after = f" (through {result.last})" if result.last else ""
         print(f"interrupted: sent {sent}{after} {where}{rejected}; the rest was not sent")
         return 130
+    if result.refusals:
+        lost = f"{result.refused_spans} span{'s' * (result.refused_spans != 1)}"
+        print(
+            f"replayed {sent} {where}{rejected}; {lost} not delivered (each refusal is named above)"
+        )
+        return 1
     print(f"replayed {sent} {where}{rejected}")
     return 0
 
@@ -270,13 +303,14 @@ def run_plot(args: argparse.Namespace) -> int:
         from looptrace._offline.plot_data import from_spans, from_windows  # noqa: PLC0415
     except ImportError:
         raise _needs("plot", "matplotlib") from None
+    output = Path(args.output)
+    check_output(output, args.files, force=args.force, ours=is_looptrace_png)
     summary, records, kind = _summary_of(args, warner("plot"))
     data = (
         from_spans(records, summary, args.timer)
         if kind == SPANS
         else from_windows(records, summary, args.timer)
     )
-    output = Path(args.output)
     try:
         draw(data, output, *args.size)
     except ImportError:

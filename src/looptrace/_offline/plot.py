@@ -14,8 +14,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from looptrace._offline.output import SOFTWARE_KEY
 from looptrace._offline.plot_data import SELF, PlotData
 from looptrace._offline.table import format_seconds
+from looptrace._stats.version import version
 
 _SELF_COLOR = "#c7c7c7"
 _MAX_BARS = 120
@@ -35,7 +37,8 @@ def draw(data: PlotData, output: Path, width_px: int, height_px: int) -> None:
     if data.ranks:
         _draw_ranks(fig.add_subplot(grid[1, 1]), data, colors)
     fig.suptitle(f"looptrace: {_short(data.timer)}  ({data.source})", fontsize=11)
-    fig.savefig(output, dpi=100, format="png")
+    software = {SOFTWARE_KEY: f"looptrace {version()}"}  # marks the file as ours to overwrite
+    fig.savefig(output, dpi=100, format="png", metadata=software)
 
 
 def _colors(names: Sequence[str]) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from looptrace._offline.reader import InputError, Window
 from looptrace._offline.summary import Summary
 from looptrace._offline.table import tree_paths
+from looptrace._offline.text import escaped
 from looptrace._stats.snapshot import SectionStats
 
 if TYPE_CHECKING:
@@ -51,7 +52,7 @@ def choose_timer(stats: Mapping[str, SectionStats], wanted: str | None) -> tuple
     order = tree_paths(stats)
     if wanted is not None:
         if wanted not in stats:
-            known = ", ".join(path for path, _, depth in order if depth == 0)
+            known = ", ".join(escaped(path) for path, _, depth in order if depth == 0)
             raise InputError(f"no section {wanted!r} in the input (outermost: {known})")
         timer = wanted
     else:

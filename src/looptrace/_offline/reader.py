@@ -17,6 +17,7 @@ from typing import Any
 
 from looptrace._export.records import LOSS_KIND, SNAPSHOT_KIND
 from looptrace._offline.progress import ByteProgress, Progress
+from looptrace._offline.text import one_line
 from looptrace._stats.snapshot import METRIC_STATS, SectionStats
 
 Warn = Callable[[str], None]
@@ -82,7 +83,7 @@ class JsonLinesFile:
                 kind = kind_of(record)
                 if kind is None:
                     keys = ", ".join(list(record)[:4]) if isinstance(record, dict) else "none"
-                    keys = _printable(keys)
+                    keys = one_line(keys)
                     raise InputError(
                         f"{self.name}: not a looptrace span, snapshot or metrics file "
                         f"(line {number} has keys: {keys})"
@@ -126,7 +127,7 @@ class JsonLinesFile:
         """Warn that line `number` is malformed and skipped (a few per file, then a count)."""
         self._rejected += 1
         if self._rejected <= _WARNINGS_PER_FILE:
-            self._warn(f"{self.name}: line {number} {_printable(problem)}; skipped")
+            self._warn(f"{self.name}: line {number} {one_line(problem)}; skipped")
 
     def _count_loss(self, record: dict[str, Any], number: int) -> None:
         for what in ("spans", "windows"):
@@ -147,12 +148,6 @@ class JsonLinesFile:
         tail = f" and {more} more" if more > 0 else ""
         noun = "line" if len(numbers) == 1 else "lines"
         self._warn(f"{self.name}: skipped unreadable {noun} {shown}{tail}")
-
-
-def _printable(text: str, limit: int = 200) -> str:
-    """Return text from a file as one printable line of at most `limit` characters."""
-    flat = "".join(c if c.isprintable() else "?" for c in text)
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
 def open_inputs(names: Sequence[str], warn: Warn) -> tuple[str, list[JsonLinesFile]]:
@@ -201,6 +196,7 @@ class Window:
     stats: dict[str, SectionStats]
     spread: dict[str, dict[str, Any]] | None = None  # `across_ranks` of the snapshot line
     subtree: str = "root"  # the timer whose window it is (`timer.reset()`)
+    steps: tuple[int, int] | None = None  # the first and last step it holds time of
 
 
 def load_windows(kind: str, files: Sequence[JsonLinesFile], warn: Warn) -> list[Window]:
@@ -262,7 +258,20 @@ def _snapshot(record: dict[str, Any]) -> Window:
         stats=stats,
         spread=_spread(record.get("across_ranks")),
         subtree=_subtree(record.get("subtree", "root")),
+        steps=_steps(record.get("steps")),
     )
+
+
+def _steps(value: object) -> tuple[int, int] | None:
+    """Return the `steps` of a snapshot line: `[first, last]`, or None when absent."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or len(value) != 2:
+        raise TypeError("steps is not [first, last]")
+    first, last = _whole(value[0], "steps"), _whole(value[1], "steps")
+    if first > last:
+        raise ValueError("steps has its first step after its last")
+    return first, last
 
 
 def _subtree(value: object) -> str:

@@ -1,10 +1,14 @@
 """`looptrace replay`: send recorded spans to an OTLP collector, exactly as they were recorded.
 
 Each file line is one `ExportTraceServiceRequest`, sent as it is (ids, parents, timestamps,
-resource and attributes untouched) over OTLP/gRPC or OTLP/HTTP with protobuf bodies. Transient
-failures (unavailable, throttled, overloaded) are retried with backoff. The first Ctrl-C
-finishes the request in flight and stops, so the final count is exact; a second one stops at
-once. Needs the `files` extra, and for gRPC the `otlp` extra.
+resource and attributes untouched) over OTLP/gRPC or OTLP/HTTP with protobuf bodies; a line
+over the request limit (4 MiB by default: what gRPC servers and the Collector's OTLP receiver
+accept) is sent as several requests under it. Transient failures (unavailable, throttled,
+overloaded, a timeout) are retried with backoff; each attempt over HTTP, connection to reply,
+is bounded by the timeout. A request the collector refuses is reported and the replay goes on;
+one it cannot reach stops it. The first Ctrl-C finishes the request in flight and stops, so
+the final count is exact; a second one stops at once. Needs the `files` extra, and for gRPC
+the `otlp` extra.
 """
 
 from __future__ import annotations
@@ -14,9 +18,7 @@ import os
 import signal
 import ssl
 import threading
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -29,20 +31,29 @@ from looptrace._export.otlp_json import ExportTraceServiceRequest
 from looptrace._export.otlp_settings import OtlpSettings, otlp_settings, parse_headers
 from looptrace._export.settings import ExportOptions
 from looptrace._export.settings_table import SETTINGS, signal_variable
+from looptrace._offline.bounded_http import BodyTooLargeError, post
 from looptrace._offline.reader import JsonLinesFile, Warn, reading
-from looptrace._offline.span_records import iter_requests, span_count
+from looptrace._offline.span_records import iter_requests
+from looptrace._offline.split import MAX_REQUEST_BYTES, split_request
 from looptrace._stats.errors import ConfigError
 
 GRPC = "grpc"
 HTTP = "http/protobuf"
 PROTOCOLS = (GRPC, HTTP)
 _RETRY_HTTP = frozenset({429, 502, 503, 504})
+_STOP_HTTP = frozenset({401, 403, 404, 405})  # no request to this endpoint can succeed
 ATTEMPTS = 5
 FIRST_DELAY_S = 0.5  # doubled after every failed attempt: 7.5 s of waiting at most
 
 
 class DeliveryError(Exception):
     """The collector refused a request, or stayed unreachable through every retry."""
+
+    def __init__(self, message: str, *, stops: bool = False) -> None:
+        super().__init__(message)
+        # True: no later request can get through either (unreachable, not an OTLP receiver,
+        # not authorised); False: this request was refused (too large, malformed).
+        self.stops = stops
 
 
 class Sender(Protocol):
@@ -152,25 +163,35 @@ class HttpSender:
                 self._context.load_cert_chain(settings.client_certificate, settings.client_key)
 
     def send(self, request: ExportTraceServiceRequest) -> int:
-        """POST the request; retry on connection errors and 429/502/503/504."""
+        """POST the request; retry on connection errors, timeouts and 429/502/503/504.
+
+        Each attempt, connection to reply body, is bounded by the timeout; a reply body is
+        read up to `MAX_BODY` bytes.
+        """
         body = request.SerializeToString()
         delays = self._retry.delays()
         while True:
-            post = urllib.request.Request(self.url, data=body, headers=self._headers)
             try:
-                with urllib.request.urlopen(
-                    post, timeout=self._timeout_s, context=self._context
-                ) as response:
-                    return _rejected(self.url, response.status, response.read())
-            except urllib.error.HTTPError as error:
-                problem = f"HTTP {error.code} {one_line(error.reason)}"
-                if error.code not in _RETRY_HTTP:
-                    raise DeliveryError(f"{self.url} answered {problem}") from None
+                reply = post(
+                    self.url, body, self._headers, timeout_s=self._timeout_s, context=self._context
+                )
+            except BodyTooLargeError as error:
+                raise DeliveryError(
+                    f"{self.url} answered with {error} (is the endpoint an OTLP receiver?)",
+                    stops=True,
+                ) from None
             except (OSError, http.client.HTTPException) as error:  # URLError is an OSError
                 problem = one_line(f"{type(error).__name__}: {getattr(error, 'reason', error)}")
+            else:
+                if 200 <= reply.status < 300:
+                    return _rejected(self.url, reply.status, reply.body)
+                problem = f"HTTP {reply.status} {one_line(reply.reason)}"
+                if reply.status not in _RETRY_HTTP:
+                    stops = reply.status in _STOP_HTTP
+                    raise DeliveryError(f"{self.url} answered {problem}", stops=stops)
             delay = next(delays, None)
             if delay is None or not self._retry.wait(delay):
-                raise DeliveryError(f"{self.url} unreachable ({problem})")
+                raise DeliveryError(f"{self.url} unreachable ({problem})", stops=True)
 
     def close(self) -> None:
         """Nothing to release: every request has its own connection."""
@@ -184,7 +205,8 @@ def _rejected(url: str, status: int, body: bytes) -> int:
     except DecodeError:
         raise DeliveryError(
             f"{url} answered HTTP {status} with a body that is not an OTLP response "
-            "(is the endpoint an OTLP receiver?)"
+            "(is the endpoint an OTLP receiver?)",
+            stops=True,
         ) from None
     return max(0, int(reply.partial_success.rejected_spans))
 
@@ -220,6 +242,7 @@ class GrpcSender:
             code.DEADLINE_EXCEEDED,
             code.ABORTED,
         }
+        self._stopping = {code.UNAUTHENTICATED, code.PERMISSION_DENIED, code.UNIMPLEMENTED}
 
     def send(self, request: ExportTraceServiceRequest) -> int:
         """Call Export; retry on UNAVAILABLE, RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED, ABORTED."""
@@ -230,13 +253,15 @@ class GrpcSender:
             except self._grpc.RpcError as error:
                 status = error.code()
                 problem = one_line(f"{status.name}: {error.details()}")
-                if status not in self._transient:
-                    raise DeliveryError(f"{self.url} answered {problem}") from None
+                too_large = "larger than max" in str(error.details())  # no retry helps
+                if status not in self._transient or too_large:
+                    stops = status in self._stopping
+                    raise DeliveryError(f"{self.url} answered {problem}", stops=stops) from None
             else:
                 return max(0, int(reply.partial_success.rejected_spans))
             delay = next(delays, None)
             if delay is None or not self._retry.wait(delay):
-                raise DeliveryError(f"{self.url} unreachable ({problem})")
+                raise DeliveryError(f"{self.url} unreachable ({problem})", stops=True)
 
     def close(self) -> None:
         """Close the channel."""
@@ -252,14 +277,16 @@ def _read(path: str | None) -> bytes | None:
 
 @dataclass
 class ReplayResult:
-    """What a replay delivered."""
+    """What a replay delivered, and what the collector refused."""
 
     spans: int = 0
     requests: int = 0
     rejected: int = 0
     last: str = ""
     interrupted: bool = False
-    error: str | None = None
+    error: str | None = None  # why the replay stopped (the collector unreachable …)
+    refused_spans: int = 0  # in requests the collector refused, or too large to send
+    refusals: list[str] = field(default_factory=list)  # what was refused, one line each
 
 
 def replay(
@@ -267,27 +294,54 @@ def replay(
     sender: Sender,
     warn: Warn,
     stop: threading.Event,
+    max_request_bytes: int = MAX_REQUEST_BYTES,
 ) -> ReplayResult:
-    """Send every request of `files` in order until done, `stop` is set, or delivery fails."""
+    """Send every request of `files` in order until done, `stop` is set, or delivery fails.
+
+    A line over `max_request_bytes` is sent as several requests under it. A request the
+    collector refuses (or a span too large to send) is reported and the replay goes on; a
+    collector that is unreachable, not an OTLP receiver or refuses the credentials stops it.
+    """
     result = ReplayResult()
     with reading(files, "replaying") as bar:
         for file, number, request in iter_requests(files, warn, bar):
-            if stop.is_set():
+            if stop.is_set() or result.error is not None:
                 break
-            count = span_count(request)
-            if count == 0:
-                continue
-            try:
-                result.rejected += sender.send(request)
-            except DeliveryError as error:
-                result.error = str(error)
-                break
-            result.spans += count
-            result.requests += 1
-            result.last = f"{file.name} line {number}"
-            bar.set_postfix_str(f"{result.spans} spans sent")
+            where = f"{file.name} line {number}"
+            for part in split_request(request, max_request_bytes):
+                if stop.is_set():
+                    break
+                if part.request is None:
+                    _refuse(
+                        result,
+                        part.spans,
+                        f"{where}: a span of {part.size} bytes is over the request limit of "
+                        f"{max_request_bytes} bytes (--max-request-bytes); not sent",
+                        warn,
+                    )
+                    continue
+                if part.spans == 0:
+                    continue
+                try:
+                    result.rejected += sender.send(part.request)
+                except DeliveryError as error:
+                    if error.stops:
+                        result.error = str(error)
+                        break
+                    _refuse(result, part.spans, f"{where}: {error}", warn)
+                    continue
+                result.spans += part.spans
+                result.requests += 1
+                result.last = where
+                bar.set_postfix_str(f"{result.spans} spans sent")
     result.interrupted = stop.is_set()
     return result
+
+
+def _refuse(result: ReplayResult, spans: int, message: str, warn: Warn) -> None:
+    result.refused_spans += spans
+    result.refusals.append(message)
+    warn(message)
 
 
 @contextmanager

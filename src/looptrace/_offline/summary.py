@@ -1,23 +1,27 @@
 """`looptrace summary`: per-path statistics of span or snapshot files, as a tree table.
 
 From span files every statistic is exact (computed from the durations themselves). From
-snapshot or flat metrics files, windows are merged: counts, totals, min, max, standard
-deviation and self time exactly; quantiles of several windows are estimated from each window's
-min, p50, p90, p99 and max (exact for one window).
+snapshot or flat metrics files, windows are merged: totals and self time over every window
+(a section still running when a window closed puts its time so far there), counts, mean, min,
+max, standard deviation and buckets over the intervals that ended, each whole, exactly;
+quantiles of several windows are estimated from each window's min, p50, p90, p99 and max
+(exact for one window).
 """
 
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import itertools
 import math
 from collections import Counter, defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from looptrace._offline.reader import InputError, Window
 from looptrace._offline.table import format_seconds, render_table
+from looptrace._offline.text import escaped
 from looptrace._stats.buckets import BOUNDARIES_S
 from looptrace._stats.sketch import nearest_rank
 from looptrace._stats.snapshot import SectionStats
@@ -114,9 +118,8 @@ def summarize_windows(windows: Sequence[Window]) -> Summary:
     per_rank: dict[int, list[Window]] = defaultdict(list)
     for window in windows:
         per_rank[window.rank].append(window)
-    steps = [w.step for w in windows if w.step is not None]
     description = f"{_count(len(windows), 'window')}{_subtrees_text(windows)}, "
-    description += _ranks_text(per_rank) + _steps_text(steps, "closed at step")
+    description += _ranks_text(per_rank) + _window_steps_text(windows)
     return Summary(
         combined=merge_windows(windows),
         per_rank={rank: merge_windows(group) for rank, group in sorted(per_rank.items())},
@@ -193,7 +196,7 @@ def _subtrees_text(windows: Sequence[Window]) -> str:
     subtrees = Counter(w.subtree for w in windows)
     if set(subtrees) <= {"root"}:
         return ""
-    return f" ({', '.join(f'{n} of {path}' for path, n in sorted(subtrees.items()))})"
+    return f" ({', '.join(f'{n} of {escaped(path)}' for path, n in sorted(subtrees.items()))})"
 
 
 def _steps_text(steps: Sequence[int], what: str) -> str:
@@ -201,6 +204,14 @@ def _steps_text(steps: Sequence[int], what: str) -> str:
         return ""
     low, high = min(steps), max(steps)
     return f", {what} {low}" if low == high else f", {what}s {low}-{high}"
+
+
+def _window_steps_text(windows: Sequence[Window]) -> str:
+    """Name the steps the windows hold, first to last, or else the steps they closed at."""
+    ranges = [w.steps for w in windows if w.steps is not None]
+    if ranges:
+        return _steps_text([low for low, _ in ranges] + [high for _, high in ranges], "step")
+    return _steps_text([w.step for w in windows if w.step is not None], "closed at step")
 
 
 def _ranks_text(per_rank: Mapping[int, object]) -> str:
@@ -250,39 +261,75 @@ def merge_windows(windows: Sequence[Window]) -> dict[str, SectionStats]:
     groups: dict[str, list[SectionStats]] = defaultdict(list)
     for window in windows:
         for path, stats in window.stats.items():
-            if stats.count > 0:
-                groups[path].append(stats)
+            groups[path].append(stats)
     return {path: _merge(parts) for path, parts in sorted(groups.items())}
 
 
 def _merge(parts: Sequence[SectionStats]) -> SectionStats:
+    """Merge one path's windows, those where no interval of it ended included.
+
+    A window's `total` and `self_time` hold the time the path ran in it, also the part of an
+    interval cut by the window's end; its `count`, `mean`, `min`, `max`, quantiles and
+    buckets describe the intervals that ended in it, whole. So times add up over every window
+    and the rest merges over the windows that counted an interval.
+    """
     if len(parts) == 1:
         return parts[0]
-    count = sum(p.count for p in parts)
-    total = math.fsum(p.total for p in parts)
-    mean = total / count
-    square = math.fsum(p.count * (p.std**2 + p.mean**2) for p in parts) / count
-    lengths = {len(p.buckets) for p in parts}
-    buckets = (
-        tuple(sum(column) for column in zip(*(p.buckets for p in parts), strict=True))
-        if len(lengths) == 1
-        else ()
-    )
-    p50, p90, p99 = (_mixture_quantile(parts, q) for q in _QUANTILES)
+    total = _sum_known(p.total for p in parts)
+    self_time = _sum_known(p.self_time for p in parts)
+    errors = sum(p.errors for p in parts)
+    ended = [p for p in parts if p.count > 0]
+    if len(ended) == 1:
+        return dataclasses.replace(ended[0], total=total, self_time=self_time, errors=errors)
+    count = sum(p.count for p in ended)
+    if count == 0:
+        nan = math.nan
+        return dataclasses.replace(
+            parts[0],
+            count=0,
+            total=total,
+            mean=nan,
+            min=nan,
+            max=nan,
+            std=nan,
+            p50=nan,
+            p90=nan,
+            p99=nan,
+            self_time=self_time,
+            errors=errors,
+            buckets=_sum_buckets(parts),
+        )
+    mean = math.fsum(p.count * p.mean for p in ended) / count
+    square = math.fsum(p.count * (p.std**2 + p.mean**2) for p in ended) / count
+    p50, p90, p99 = (_mixture_quantile(ended, q) for q in _QUANTILES)
     return SectionStats(
         count=count,
         total=total,
         mean=mean,
-        min=min(p.min for p in parts),
-        max=max(p.max for p in parts),
+        min=min(p.min for p in ended),
+        max=max(p.max for p in ended),
         std=math.sqrt(max(0.0, square - mean**2)),
         p50=p50,
         p90=p90,
         p99=p99,
-        self_time=math.fsum(p.self_time for p in parts),
-        errors=sum(p.errors for p in parts),
-        buckets=buckets,
+        self_time=self_time,
+        errors=errors,
+        buckets=_sum_buckets(ended),
     )
+
+
+def _sum_known(values: Iterable[float]) -> float:
+    """Return the exact sum of the defined values (NaN if none is: a metrics file without it)."""
+    known = [value for value in values if not math.isnan(value)]
+    return math.fsum(known) if known else math.nan
+
+
+def _sum_buckets(parts: Sequence[SectionStats]) -> tuple[int, ...]:
+    """Return the bucket counts of windows added up; () when their boundaries differ."""
+    lengths = {len(p.buckets) for p in parts}
+    if len(lengths) != 1:
+        return ()
+    return tuple(sum(column) for column in zip(*(p.buckets for p in parts), strict=True))
 
 
 def _mixture_quantile(parts: Sequence[SectionStats], q: float) -> float:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
+from looptrace._offline.text import escaped
 from looptrace._stats.snapshot import SectionStats
 
 COLUMNS = ("section", "count", "mean", "p50", "p99", "total", "% parent", "self")
@@ -66,7 +67,7 @@ def tree_rows(stats: Mapping[str, SectionStats]) -> list[tuple[str, ...]]:
         )
         rows.append(
             (
-                "  " * depth + (path[len(parent) + 1 :] if parent else path),
+                "  " * depth + escaped(path[len(parent) + 1 :] if parent else path),
                 str(entry.count),
                 format_seconds(entry.mean),
                 format_seconds(entry.p50),

@@ -65,6 +65,12 @@ class Snapshot(Mapping[str, SectionStats]):
     holds this rank's data only (not asked for, or no initialised `torch.distributed` process
     group). `subtree` is the path of the timer whose window this is: `"root"` for
     `lt.reset()`, e.g. `"root.training"` for `training.reset()`.
+
+    `steps` is the range of the steps (outermost lap indices) the window holds time of, first
+    to last: `range(50, 100)` for steps 50 to 99. A `reset()` in the middle of a step splits
+    that step: the part before the cut is in the closing window, whose range ends with it, and
+    the rest in the next window, whose range starts with it; its lap is counted once, in the
+    window where it ends. Empty when no lap ran in the window; None when no timer was lapped.
     """
 
     __slots__ = (
@@ -77,6 +83,7 @@ class Snapshot(Mapping[str, SectionStats]):
         "rank",
         "start_ns",
         "step",
+        "steps",
         "subtree",
     )
 
@@ -91,6 +98,7 @@ class Snapshot(Mapping[str, SectionStats]):
         rank: int,
         across_ranks: Mapping[str, SectionSpread] | None = None,
         step: int | None = None,
+        steps: range | None = None,
         subtree: str = "root",
         more: Callable[[dict[str, SectionStats | StatsSource]], None] | None = None,
     ) -> None:
@@ -107,6 +115,7 @@ class Snapshot(Mapping[str, SectionStats]):
         self.end_ns = end_ns
         self.rank = rank
         self.step = step
+        self.steps = steps
         self.across_ranks: Mapping[str, SectionSpread] | None = (
             None if across_ranks is None else MappingProxyType(dict(sorted(across_ranks.items())))
         )
