@@ -159,12 +159,17 @@ class Looptrace:
         release_exit_flush(self)
 
     def _inside_a_call(self) -> bool:
-        """Whether the calling thread is inside a timer call or a window's close.
+        """Whether the calling thread may be inside a timer call, a window's close or shutdown.
 
         The core's own marks say it, whichever core runs (compiled functions have no frames):
-        a state of this thread busy, or the aggregator's lock held (by any thread).
+        a state of this thread busy, or the aggregator's lock or the shutdown lock held (by
+        any thread, which at worst makes a signal handler leave the flush to its helper).
         """
-        return self._engine.states.busy_here() or self._aggregator.lock.locked()
+        return (
+            self._engine.states.busy_here()
+            or self._aggregator.lock.locked()
+            or self._shutdown_lock.locked()
+        )
 
     def _in_process_child(self) -> None:
         """Forget the forking thread's running intervals, in a `multiprocessing` child.

@@ -141,12 +141,11 @@ class Windows:
                 exited.append((state, at))  # the next close tries again
                 continue
             try:
-                if not self.engine.states.retire(state):
-                    continue
-                at = max(at, state.last_cut)
-                for top in reversed(state.outermost):
-                    self.engine.end(state, top, at)
-                self._drain(state)
+                if self.engine.states.retire(state):
+                    at = max(at, state.last_cut)
+                    for top in reversed(state.outermost):
+                        self.engine.end(state, top, at)
+                    self._drain(state)
             finally:
                 state.unclaim()
 
