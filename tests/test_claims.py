@@ -6,12 +6,14 @@ import threading
 import time
 
 import pytest
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
 from looptrace._core.threadkey import thread_key
 from looptrace._stats.attributes import THREAD_ID
 from looptrace.testing import capture
 
-from .conftest import PreemptingClock, counts, totals
+from .conftest import PreemptingClock, Worker, counts, totals
 
 WAIT_S = 0.2  # how long a blocked thread is watched to stay blocked
 
@@ -194,3 +196,123 @@ def test_a_thread_state_stops_being_the_last_found_when_its_thread_exits() -> No
     assert state.key == key
     assert engine.states.last is None  # (the main thread made no timer call)
     assert key != thread_key()
+
+
+class Spans(SpanProcessor):
+    """Remembers which spans started and which ended; on_start blocks while `hold` is clear."""
+
+    def __init__(self) -> None:
+        self.started: list[str] = []
+        self.ended: list[str] = []
+        self.blocking = False
+        self.entered = threading.Event()
+        self.hold = threading.Event()
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        """Note the span; block until `hold` is set if `blocking`."""
+        self.started.append(span.name)
+        if self.blocking:
+            self.blocking = False
+            self.entered.set()
+            self.hold.wait(30)
+
+    def on_end(self, span: ReadableSpan) -> None:
+        """Note the span."""
+        self.ended.append(span.name)
+
+    def unended(self) -> list[str]:
+        """Return the names of the spans started and not ended."""
+        left = list(self.started)
+        for name in self.ended:
+            left.remove(name)
+        return left
+
+
+def test_a_call_preempted_past_its_closed_check_starts_nothing_after_shutdown() -> None:
+    """A lap whose call read the clock before shutdown() and goes on after it does nothing.
+
+    shutdown() on another thread ends the worker's running lap and section between the
+    call's reading and its start; the call then starts no lap, so no span is left unended.
+    """
+    clock = PreemptingClock()
+    cap = capture(clock=clock)
+    spans = Spans()
+    cap.tracer_provider.add_span_processor(spans)
+    train = cap.lt.timer("training")
+    worker = Worker()
+    worker.run(lambda: train.record("a"))
+
+    def shut_down() -> None:  # inside the worker's clock reading of record()
+        closer = threading.Thread(target=cap.lt.shutdown)
+        closer.start()
+        closer.join(10)
+        assert not closer.is_alive()
+
+    clock.advance(1.0)
+    clock.on_read = shut_down
+    worker.run(train.record)
+    running: list[bool] = []
+    worker.run(lambda: running.append(train.running))
+    worker.close()
+    assert clock.on_read is None  # the reading under test was taken
+    assert (running, spans.unended(), sorted(spans.ended)) == ([False], [], ["a", "training"])
+
+
+def test_shutdown_does_not_wait_for_a_blocked_timer_call() -> None:
+    """shutdown() gives up on a call that outlasts its bound; its thread ends its spans later."""
+    cap = capture()
+    cap.lt._engine.windows.claim_timeout_s = 0.05
+    spans = Spans()
+    cap.tracer_provider.add_span_processor(spans)
+    train = cap.lt.timer("training")
+    worker = Worker()
+    worker.run(lambda: train.record("a"))
+    spans.blocking = True
+    blocked = threading.Thread(target=lambda: worker.run(lambda: train.record("b")))
+    blocked.start()
+    assert spans.entered.wait(10)  # the worker is inside record("b"), its state busy
+    closer = threading.Thread(target=cap.lt.shutdown)
+    closer.start()
+    closer.join(10)
+    finished = not closer.is_alive()
+    spans.hold.set()
+    blocked.join(10)
+    assert finished  # while record("b") was still blocked
+    assert sorted(spans.unended()) == ["b", "training"]
+    worker.run(train.record)  # refused: ends what the thread left running, as cut
+    worker.close()
+    assert (spans.unended(), sorted(spans.ended)) == ([], ["a", "b", "training"])
+    assert cap.lt.health().internal_errors == 1  # the wait given up, counted and logged
+
+
+def test_reset_does_not_wait_for_a_blocked_timer_call() -> None:
+    """A reset gives up on a call that outlasts the bound; that thread's time goes on."""
+    cap = capture()
+    cap.lt._engine.windows.claim_timeout_s = 0.05
+    spans = Spans()
+    cap.tracer_provider.add_span_processor(spans)
+    train = cap.lt.timer("training")
+    worker = Worker()
+    worker.run(lambda: train.record("a"))
+    cap.clock.advance(1.0)
+    spans.blocking = True
+    blocked = threading.Thread(target=lambda: worker.run(lambda: train.record("b")))
+    blocked.start()
+    assert spans.entered.wait(10)
+    windows: list[dict[str, float]] = []
+    resetter = threading.Thread(target=lambda: windows.append(totals(cap.lt.reset())))
+    resetter.start()
+    resetter.join(10)
+    finished = not resetter.is_alive()
+    spans.hold.set()
+    blocked.join(10)
+    cap.clock.advance(1.0)
+    worker.run(train.stop)
+    worker.close()
+    windows.append(totals(cap.lt.reset()))
+    assert finished
+    # The first window left the worker out; the next one has all its time, once.
+    assert windows == [
+        {},
+        {"root.training": 2.0, "root.training.a": 1.0, "root.training.b": 1.0},
+    ]

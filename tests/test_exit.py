@@ -355,3 +355,62 @@ def test_sigterm_inside_reset_finishes_it_and_writes_every_window(tmp_path: Path
         (30, 10),
         (31, 1),
     ]
+
+
+# A span processor that sends SIGTERM to its own process from `on_start` when armed: the
+# signal lands inside a timer call (inside `record()`, its state busy), on either core.
+INSIDE_CALL = """
+import os, signal, sys, time
+from opentelemetry import trace
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+import looptrace
+from looptrace.testing import FakeClock
+
+class Killer(SpanProcessor):
+    armed = False
+    def on_start(self, span, parent_context=None):
+        if self.armed:
+            self.armed = False
+            os.kill(os.getpid(), signal.SIGTERM)
+
+killer = Killer()
+provider = TracerProvider()
+provider.add_span_processor(killer)
+clock = FakeClock()
+lt = looptrace.configure(
+    clock=clock, tracer_provider=provider, snapshot_file=sys.argv[1], trace_every=1
+)
+train = lt.timer("train")
+for step in range(30):
+    train.record("data"); clock.advance(0.01); train.record()
+    if step == 19:
+        lt.reset()
+print("armed", flush=True)
+killer.armed = True
+train.record("data")
+clock.advance(0.01)
+print("after record", flush=True)
+time.sleep(30)  # SIGTERM ends the process before this returns
+"""
+
+
+def test_sigterm_inside_a_timer_call_writes_the_final_window(tmp_path: Path) -> None:
+    """SIGTERM inside record() (a span processor's on_start): every window written, fast."""
+    snapshots = tmp_path / "snaps.jsonl"
+    process = subprocess.Popen(
+        [sys.executable, "-c", INSIDE_CALL, str(snapshots)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=child_env(),
+    )
+    assert process.stdout is not None
+    assert process.stdout.readline() == "armed\n"
+    # Well within the 10 s the flush may take: a flush waiting for the call times out.
+    _, err = process.communicate(timeout=5)
+    assert process.returncode == -signal.SIGTERM, err
+    windows = [json.loads(line) for line in snapshots.read_text().splitlines()]
+    assert [
+        (w["step"], w["stats"]["root.train"]["count"], w["stats"]["root.train.data"]["count"])
+        for w in windows
+    ] == [(20, 20, 20), (31, 11, 11)]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import atexit
 import os
 import threading
 import weakref
@@ -12,6 +11,7 @@ from looptrace._core.engine import Engine
 from looptrace._core.timer import Timer
 from looptrace._distributed.across_ranks import reduce_or_keep
 from looptrace._distributed.ranks import RankInfo
+from looptrace._export.exit import release_exit_flush
 from looptrace._export.outputs import Outputs
 from looptrace._export.processor import AggregatingSpanProcessor
 from looptrace._stats.aggregator import Aggregator
@@ -154,9 +154,7 @@ class Looptrace:
                     {}, start_ns=0, end_ns=0, rank=self.rank.rank, subtree=subtree or "root"
                 )
                 return reduce_or_keep(closed, self._incidents, reduce=across_ranks)
-            engine.windows.close(now, final=final, subtree=subtree)
-            if final:
-                engine.closed = True
+            engine.windows.close(now, final=final, subtree=subtree)  # final: closes the engine
             if self._processor is not None:
                 self._processor.merge_pending()
             snapshot = aggregator.snapshot(
@@ -193,7 +191,9 @@ class Looptrace:
         Sections still running end now: they count in the last window and their spans are
         exported with status ERROR ("cut"), so every exported span's parent is exported too.
         Timers stay usable as counted no-ops, so a loop that outlives its telemetry runs on.
-        A second call, from any thread, returns once the first has finished.
+        A second call, from any thread, returns once the first has finished. Other threads'
+        timer calls from the moment it starts do nothing; one under way is waited for a
+        bounded time, after which its thread ends what it left running at its next call.
         """
         with self._shutdown_lock:
             engine = self._engine
@@ -205,7 +205,28 @@ class Looptrace:
                     close()
                 except Exception:
                     self._incidents.failed(f"shutdown of {close!r}")
-        atexit.unregister(self.shutdown)  # registered by the exit flush, if any
+        release_exit_flush(self)
+
+    def _inside_a_call(self) -> bool:
+        """Whether the calling thread may be inside a timer call, a window's close or shutdown.
+
+        The core's own marks say it, whichever core runs (compiled functions have no frames):
+        a state of this thread busy, or the aggregator's lock or the shutdown lock held (by
+        any thread, which at worst makes a signal handler leave the flush to its helper).
+        """
+        return (
+            self._engine.states.busy_here()
+            or self._aggregator.lock.locked()
+            or self._shutdown_lock.locked()
+        )
+
+    def _in_process_child(self) -> None:
+        """Forget the forking thread's running intervals, in a `multiprocessing` child.
+
+        Such a child runs its target and never returns to the code that started them: ended
+        at its exit they would count the child's whole life as a lap of the parent's timers.
+        """
+        self._engine.windows.forget_running()
 
     def _after_fork_in_child(self) -> None:
         self._incidents.after_fork_in_child()

@@ -67,6 +67,9 @@ class Engine:
             incidents=incidents,
         )
         self.closed = False
+        # States `shutdown()` could not close (a timer call under way outlasted its wait):
+        # each one's owner ends what it left running at its next call (`refuse`).
+        self.left: list[ThreadState] = []
         # Closes the window of one timer's subtree; set by the `Looptrace` that owns this.
         self.reset_timer: Callable[[Timer, bool], Snapshot] | None = None
         self.states = States(self.now)
@@ -86,6 +89,25 @@ class Engine:
                 step_traces=step_traces,
                 incidents=incidents,
             )
+
+    def refuse(self, message: str) -> None:
+        """Count a timer call after `shutdown()`, which does nothing, as misuse.
+
+        A thread that `shutdown()` could not wait for ends here, at its first call after it,
+        what it left running: cut, as shutdown ends the running intervals of other threads.
+        """
+        self.incidents.misused("closed", message)
+        if self.left:
+            state = self.states.state()
+            if state in self.left and not state.busy:
+                self.left.remove(state)
+                state.busy = True
+                try:
+                    now = self.now()
+                    for top in reversed(state.outermost):
+                        self.end(state, top, now, cut=True)
+                finally:
+                    state.busy = False
 
     # -- intervals -----------------------------------------------------------------------
 

@@ -143,6 +143,7 @@ class Interval:
 
 
 MAX_CLAIM_SLEEP_S: Final = 0.001  # the longest pause of a claimer waiting for a timer call
+CLAIM_TIMEOUT_S: Final = 1.0  # the longest a claimer waits for a timer call under way
 
 
 class ThreadState:
@@ -153,7 +154,10 @@ class ThreadState:
     marks the state `claimed`, then waits until it is not `busy`. Under the GIL each sees
     the other's mark, so they never work on the state at once: the owner of a claimed
     state waits on `lock`, not busy (`wait_turn`). Every claimer also holds the
-    aggregator's lock, so the owner merges under that lock alone.
+    aggregator's lock, so the owner merges under that lock alone. A claimer waits for a
+    call under way for a bounded time only (a span processor of the call may block); it
+    then leaves the state to its owner. `shutdown()` leaves each state it closed claimed
+    for good (`final`): a call that got past its `closed` check then does nothing.
     """
 
     __slots__ = (
@@ -161,6 +165,7 @@ class ThreadState:
         "busy",
         "claimed",
         "device",
+        "final",
         "fold_due",
         "key",
         "last_cut",
@@ -180,6 +185,7 @@ class ThreadState:
         self.lock = threading.Lock()  # held by a claimer
         self.busy = False  # the owner is inside a timer call
         self.claimed = False  # a claimer works, or waits to work, on this state
+        self.final = False  # closed for good by `shutdown()`: stays claimed, no call works
         self.key = thread_key()  # the thread it was made in
         self.tasks = 0  # the states of this thread's asyncio tasks not done yet
         self.nodes: dict[Timer, NodeState] = {}
@@ -205,33 +211,51 @@ class ThreadState:
             THREAD_NAME: threading.current_thread().name,
         }
 
-    def wait_turn(self) -> None:
+    def wait_turn(self) -> bool:
         """Wait, not busy, until no other thread claims this state; then be busy again.
 
         The owner calls this when it found the state claimed on entering a timer call.
+        Returns False, at once, when `shutdown()` closed the state: the call does nothing.
         """
         while self.claimed:
+            if self.final:
+                return False
             self.busy = False
             with self.lock:  # the claimer holds it until it is done
                 pass
             self.busy = True
+        return True
 
-    def claim(self) -> None:
+    def claim(self, timeout_s: float = CLAIM_TIMEOUT_S) -> bool:
         """Take this state from its owner: wait for the owner's running timer call to end.
 
-        The caller holds the aggregator's lock and calls `unclaim()` when done.
+        The caller holds the aggregator's lock and calls `unclaim()` (or `close()`) when
+        done. Returns False, with the state left to its owner, when the call under way
+        outlasts `timeout_s` (a span processor that blocks; a signal handler waiting in it).
         """
         self.lock.acquire()
         self.claimed = True
+        if not self.busy:
+            return True
+        deadline = time.monotonic() + timeout_s
         pause = 0.0
         while self.busy:  # a timer call is a few microseconds
+            if time.monotonic() >= deadline:
+                self.unclaim()
+                return False
             time.sleep(pause)
             pause = min(2 * pause + 1e-6, MAX_CLAIM_SLEEP_S)
+        return True
 
     def unclaim(self) -> None:
         """Hand the state back to its owner."""
         self.claimed = False
         self.lock.release()
+
+    def close(self) -> None:
+        """Hand the claimed state back closed for good: its owner's later calls do nothing."""
+        self.final = True
+        self.lock.release()  # (`claimed` stays: an owner's call under way sees it, then `final`)
 
     def renew_lock(self) -> None:
         """Forget every claim (in a forked child, where another thread may have held one)."""

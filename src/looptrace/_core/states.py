@@ -118,6 +118,15 @@ class States:
         if os.getpid() == self._pid:  # in a forked child the state belongs to the parent
             self.exited.append((state, self.now()))
 
+    def busy_here(self) -> bool:
+        """Whether a state of the calling thread (or of one of its tasks) is in a timer call.
+
+        Takes no lock: a signal handler asks it in the thread it interrupted, which may hold
+        any of them.
+        """
+        key = thread_key()
+        return any(state.busy and state.key == key for state in list(self._by_id.values()))
+
     def all(self) -> list[ThreadState]:
         """Return every live state."""
         with self.lock:

@@ -137,7 +137,7 @@ class Timer:
                 child = self.timer(name)
         engine = self._engine
         if engine.closed:
-            engine.incidents.misused("closed", f"{self.path}.record() after shutdown()")
+            engine.refuse(f"{self.path}.record() after shutdown()")
             return
         state = engine.states.last
         # One call checks the thread and the loop and reads the clock: None otherwise.
@@ -147,7 +147,9 @@ class Timer:
         was = state.busy  # (True only in a timer call made inside one, e.g. by a finaliser)
         state.busy = True  # no lock: see `ThreadState`
         if state.claimed and not was:
-            state.wait_turn()
+            if not state.wait_turn():  # shut down since the check above
+                state.busy = was
+                return
             reading = None  # read before the wait
         try:
             # A reading from before a reset() cut that came between it and `busy`: read again.
@@ -175,13 +177,14 @@ class Timer:
         """End the running interval (and its sections) without starting a new one."""
         engine = self._engine
         if engine.closed:
-            engine.incidents.misused("closed", f"{self.path}.stop() after shutdown()")
+            engine.refuse(f"{self.path}.stop() after shutdown()")
             return
         state = engine.state()
         was = state.busy
         state.busy = True
-        if state.claimed and not was:
-            state.wait_turn()
+        if state.claimed and not was and not state.wait_turn():  # shut down since the check
+            state.busy = was
+            return
         try:
             mine = find(state, self)
             was_running = mine is not None and bool(mine.stack)
@@ -230,7 +233,7 @@ class Timer:
         """Enter section `child`; with `hold`, push it on the thread's entries of `child`."""
         engine = self._engine
         if engine.closed:
-            engine.incidents.misused("closed", f"{child.path} entered after shutdown()")
+            engine.refuse(f"{child.path} entered after shutdown()")
             return None
         state = engine.states.last
         # One call checks the thread and the loop and reads the clock: None otherwise.
@@ -240,7 +243,9 @@ class Timer:
         was = state.busy  # (True only in a timer call made inside one, e.g. by a finaliser)
         state.busy = True  # no lock: see `ThreadState`
         if state.claimed and not was:
-            state.wait_turn()
+            if not state.wait_turn():  # shut down since the check above
+                state.busy = was
+                return None
             reading = None  # read before the wait
         try:
             # A reading from before a reset() cut that came between it and `busy`: read again.
@@ -271,7 +276,9 @@ class Timer:
         was = state.busy  # (True only in a timer call made inside one, e.g. by a finaliser)
         state.busy = True  # no lock: see `ThreadState`
         if state.claimed and not was:
-            state.wait_turn()
+            if not state.wait_turn():  # shut down: shutdown() ended the section
+                state.busy = was
+                return
             reading = None  # read before the wait
         try:
             held = interval is None  # (else a token its caller keeps: never reused)

@@ -4,8 +4,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from looptrace._core.intervals import Interval, ThreadState, descendants, slot_list
+from looptrace._core.intervals import (
+    CLAIM_TIMEOUT_S,
+    Interval,
+    ThreadState,
+    descendants,
+    slot_list,
+)
 from looptrace._core.slow_laps import SlowLaps
+from looptrace._stats.attributes import THREAD_NAME
 
 if TYPE_CHECKING:
     from looptrace._core.engine import Engine
@@ -19,6 +26,7 @@ class Windows:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        self.claim_timeout_s = CLAIM_TIMEOUT_S  # the longest wait for a timer call under way
 
     def close_exited_if_free(self) -> None:
         """Close exited threads now if no `reset()` is running (else the next one does)."""
@@ -76,20 +84,29 @@ class Windows:
         Each thread is cut at one instant, read while its state is claimed: a thread that lapped
         after `reset()` read `now` has that lap in this window and nothing before its cut in
         the next, so no time is counted twice or lost. The caller holds the aggregator's
-        lock, so no measurement after a cut can reach this window. A `final` window (shutdown)
-        ends every running interval instead, its span marked as cut. With `subtree` (a timer's
+        lock, so no measurement after a cut can reach this window. With `subtree` (a timer's
         path) only the intervals of that timer and its descendants are cut.
+
+        A `final` window (shutdown) closes the engine first, so no timer call starts anything
+        after it, then ends every running interval instead, its span marked as cut, and leaves
+        each state closed for good (`ThreadState.close`). A thread whose timer call outlasts
+        the claim's bound is not waited for: in a reset its intervals run on into the next
+        window; at shutdown its owner ends them at its next call (`Engine.refuse`).
         """
+        engine = self.engine
+        if final:
+            engine.closed = True
         self.close_exited()
-        states = self.engine.states.all()
-        for state in states:
-            state.claim()
+        for state in engine.states.all():
+            if not state.claim(self.claim_timeout_s):
+                self._busy_too_long(state, final)
+                continue
             try:
-                cut_at = max(now, self.engine.now())
+                cut_at = max(now, engine.now())
                 state.last_cut = cut_at
                 if final:
                     for top in reversed(state.outermost):
-                        self.engine.end(state, top, cut_at, cut=True)
+                        engine.end(state, top, cut_at, cut=True)
                     self._flush_slow_laps(state)
                 elif subtree is None:
                     for top in state.outermost:
@@ -98,7 +115,27 @@ class Windows:
                     self._cut_subtree(state, subtree, cut_at)
                 self._drain(state)
             finally:
-                state.unclaim()
+                if final:
+                    state.close()
+                else:
+                    state.unclaim()
+
+    def _busy_too_long(self, state: ThreadState, final: bool) -> None:
+        """Note a thread left out of a window: its timer call outlasted the claim's bound."""
+        engine = self.engine
+        if final:
+            state.final = True
+            engine.left.append(state)
+        engine.incidents.stalled(
+            "claim",
+            f"a timer call of thread {state.thread.get(THREAD_NAME)!r} took longer than "
+            f"{self.claim_timeout_s:g} s; "
+            + (
+                "its running sections end at its next timer call"
+                if final
+                else "its sections go on into the next window"
+            ),
+        )
 
     def _cut_subtree(self, state: ThreadState, subtree: str, now: int) -> None:
         """Cut the running intervals of the timer at path `subtree` and of its descendants."""
@@ -115,17 +152,18 @@ class Windows:
     def close_exited(self) -> None:
         """End what exited threads left running, at their exit; holds the aggregator lock."""
         exited = self.engine.states.exited
-        while exited:
+        for _ in range(len(exited)):
             state, at = exited.popleft()
-            if not self.engine.states.retire(state):
+            if not state.claim(self.claim_timeout_s):  # a task done inside a timer call
+                exited.append((state, at))  # the next close tries again
                 continue
-            state.claim()
             try:
-                at = max(at, state.last_cut)
-                for top in reversed(state.outermost):
-                    self.engine.end(state, top, at)
-                self._flush_slow_laps(state)
-                self._drain(state)
+                if self.engine.states.retire(state):
+                    at = max(at, state.last_cut)
+                    for top in reversed(state.outermost):
+                        self.engine.end(state, top, at)
+                    self._flush_slow_laps(state)
+                    self._drain(state)
             finally:
                 state.unclaim()
 
@@ -166,6 +204,21 @@ class Windows:
         for node in state.tops:  # the parent exports its slow laps; the child has none yet
             if node.lap_times is not None:
                 node.lap_times.candidates = []
+
+    def forget_running(self) -> None:
+        """Drop the calling thread's running intervals, uncounted (a child of `multiprocessing`).
+
+        The child never returns to the code that started them, so nothing would end them
+        but its exit, which would count its whole life as their time.
+        """
+        state: ThreadState | None = getattr(self.engine.local, "state", None)
+        if state is None:
+            return
+        for node in state.nodes.values():
+            node.stack = slot_list()
+            node.entry = None
+            node.spare = None
+        state.outermost = slot_list()
 
     def cut(self, state: ThreadState, interval: Interval, now: int) -> None:
         """Count the part of a running interval before `now`; the rest goes to the next window."""

@@ -119,6 +119,10 @@ class Incidents:
         if first:
             _log.exception("looptrace: internal error in %s (further ones are counted)", where)
 
+    def stalled(self, kind: str, message: str) -> None:
+        """Count one wait looptrace gave up (an internal error); log the first per kind."""
+        self.write_failed(kind, message)
+
     def write_failed(self, kind: str, message: str) -> None:
         """Count one failed write of an output; log the first per kind as one warning line."""
         with self._lock:
