@@ -8,7 +8,7 @@ from typing import Final, ParamSpec, TypeVar
 
 from looptrace._core.engine import Engine
 from looptrace._core.intervals import Interval, NodeState, find
-from looptrace._core.iterate import laps
+from looptrace._core.iterate import Laps
 from looptrace._core.section import Section, new_section
 from looptrace._core.threadkey import now_in, now_plain
 from looptrace._stats.aggregator import OTHER_PATH
@@ -212,10 +212,12 @@ class Timer:
     def iterate(self, iterable: Iterable[R], section: str = "data") -> Iterator[R]:
         """Yield the items of `iterable`, one lap of this timer each, the fetch timed as `section`.
 
-        `for batch in train.iterate(loader):` measures the wait for every batch; the timer
-        stops when the iterable is exhausted (see the README, "Use", for `break` and errors).
+        `for batch in train.iterate(loader):` measures the wait for every batch, the first
+        lap's including `iter(loader)` (a DataLoader starts its workers there); the timer stops
+        when the iterable is exhausted, or when the loop leaves early (`break`, an error) and
+        drops the iterator.
         """
-        return laps(self, iterable, self.section(section))
+        return Laps(self, iterable, self.section(section))
 
     def timed(self, name: str | None = None) -> Callable[[Callable[P, R]], Callable[P, R]]:
         """Decorate a function so each call is a section (default name: the function's)."""
