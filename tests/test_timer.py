@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import pickle
 
 import pytest
 
@@ -383,3 +384,42 @@ def test_decorated_function_exception_propagates(cap: Capture) -> None:
     with pytest.raises(KeyError):
         fails()
     assert cap.lt.reset()["root.training.fails"].errors == 1
+
+
+def test_a_timer_refuses_to_be_pickled_and_says_what_to_do(cap: Capture) -> None:
+    """Pickling a timer (or a section, or what holds one) is a TimerError saying what to do."""
+    train = cap.lt.timer("training")
+    train.record("data")
+    for held in (train, {"timer": train}, train.section("forward")):
+        with pytest.raises(looptrace.TimerError) as raised:
+            pickle.dumps(held)
+        assert str(raised.value) == (
+            "timer 'root.training' cannot be pickled (e.g. into a DataLoader worker started "
+            "with 'spawn'): its laps live in this process. Create timers in the worker "
+            "instead: call looptrace.configure() there (e.g. in worker_init_fn) and look the "
+            "timer up by its name, lt.timer(name); pass the name, not the timer"
+        )
+    assert train.timer("data").running
+
+
+class TimedDataset:
+    """A map-style dataset that keeps a timer, as a user's dataset might."""
+
+    def __init__(self, timer: looptrace.Timer) -> None:
+        self.timer = timer
+
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, index: int) -> int:
+        return index
+
+
+@pytest.mark.slow
+def test_a_spawn_dataloader_whose_dataset_holds_a_timer_says_what_to_do(cap: Capture) -> None:
+    """A real spawn DataLoader over a dataset holding a timer fails with the TimerError."""
+    torch_data = pytest.importorskip("torch.utils.data")
+    dataset = TimedDataset(cap.lt.timer("training"))
+    loader = torch_data.DataLoader(dataset, num_workers=1, multiprocessing_context="spawn")
+    with pytest.raises(looptrace.TimerError, match="Create timers in the worker"):
+        iter(loader)

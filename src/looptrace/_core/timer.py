@@ -296,9 +296,11 @@ class Timer:
         if state.fold_due:
             engine.windows.merge_pending(state)
 
-    @staticmethod
-    def _check_name(name: object) -> str:
-        """Return `name` if it can name a section, else raise a `TimerError` saying why."""
+    def _check_name(self, name: object) -> str:
+        """Return `name` if it can name a section, else raise a `TimerError` saying why.
+
+        Called once per name: the children keep the names that passed.
+        """
         if not isinstance(name, str):
             raise TimerError(f"a section name must be a str, got {type(name).__name__} {name!r}")
         if not name:
@@ -310,4 +312,23 @@ class Timer:
             )
         if "." in name:
             raise TimerError(f"section name {name!r} contains '.', which separates path levels")
+        if not name.isascii():
+            try:
+                name.encode()
+            except UnicodeEncodeError as error:  # a lone surrogate, e.g. from os.fsdecode()
+                raise TimerError(
+                    f"section name {name!r} of timer {self.path!r} cannot be encoded as UTF-8 "
+                    f"(character {name[error.start]!r} at index {error.start}): names must be "
+                    "text, e.g. bytes decoded with errors='replace'"
+                ) from None
         return name
+
+    def __reduce__(self) -> str:
+        """Refuse to be pickled: a timer's laps live in the process that made it."""
+        raise TimerError(
+            f"timer {self.path!r} cannot be pickled (e.g. into a DataLoader worker started "
+            "with 'spawn'): its laps live in this process. Create timers in the worker "
+            "instead: call looptrace.configure() there (e.g. in worker_init_fn) and look the "
+            "timer up by its name, lt.timer(name); pass the name, not the timer"
+        )
+
