@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Final, ParamSpec, TypeVar
 
 from looptrace._core.engine import Engine
-from looptrace._core.intervals import Interval, NodeState, find
+from looptrace._core.intervals import Interval, NodeState, ThreadState, find
 from looptrace._core.iterate import Laps
 from looptrace._core.section import Section, new_section
 from looptrace._core.threadkey import now_in, now_plain
@@ -249,7 +249,10 @@ class Timer:
             now = engine.now() if reading is None or reading < state.last_cut else reading
             running = find(state, child)
             interval: Interval | None
-            if running is not None and running.stack:  # recursion: nest in its latest one
+            inside = _inside_entry(state, self)
+            if inside is not None:  # another entry of a section of this timer is open: nest
+                interval = engine.start(state, child, now, inside, running)
+            elif running is not None and running.stack:  # recursion: nest in its latest one
                 interval = engine.start(state, child, now, running.stack[-1], running)
             else:
                 current = engine.run_owner_for(state, self, child, now, True)
@@ -332,3 +335,26 @@ class Timer:
             "timer up by its name, lt.timer(name); pass the name, not the timer"
         )
 
+
+def _inside_entry(state: ThreadState, owner: Timer) -> Interval | None:
+    """Return where a new section entry of `owner` nests, None if it nests in nothing open.
+
+    While an entry of one of `owner`'s sections is open (a `with` block, a decorated call),
+    a section entered inside it (a decorated function calling another) nests in the
+    innermost interval running there, as recursion does, instead of ending it as a sibling.
+    """
+    mine = find(state, owner)
+    if mine is None or not mine.stack:
+        return None
+    children = mine.stack[-1].children
+    if not children:
+        return None
+    for running in children:
+        if running.held:
+            break
+    else:
+        return None
+    inner = children[-1]
+    while inner.children:
+        inner = inner.children[-1]
+    return inner
