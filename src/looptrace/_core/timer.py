@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Final, ParamSpec, TypeVar
 
 from looptrace._core.engine import Engine
+from looptrace._core.handoff import leave_elsewhere
 from looptrace._core.intervals import Interval, NodeState, ThreadState, find
 from looptrace._core.iterate import Laps
 from looptrace._core.section import Section, new_section
@@ -166,6 +167,8 @@ class Timer:
                 if running is not None and running.stack:
                     engine.end(state, running.stack[0], now)
                 engine.start(state, child, now, current)
+        except Exception:  # a bug of looptrace's: counted, never raised into the loop
+            engine.incidents.failed("record()")
         finally:
             state.busy = was
         if state.fold_due:
@@ -187,6 +190,9 @@ class Timer:
             was_running = mine is not None and bool(mine.stack)
             if mine is not None and mine.stack:
                 engine.end(state, mine.stack[0], engine.now())
+        except Exception:  # a bug of looptrace's: counted, never raised into the loop
+            engine.incidents.failed("stop()")
+            was_running = True
         finally:
             state.busy = was
         if not was_running:
@@ -261,6 +267,9 @@ class Timer:
             if hold:
                 interval.state.push_entry(interval)
             return interval
+        except Exception:  # a bug of looptrace's: counted, never raised into the loop
+            engine.incidents.failed("a section entry")
+            return None
         finally:
             state.busy = was
 
@@ -273,6 +282,11 @@ class Timer:
         reading = None if state is None or state.tasks else now_in(state.key, engine.now)
         if state is None or reading is None:
             state = engine.states.state()
+        if interval is not None and interval.state.owner is not state:
+            # Entered in another task or thread (e.g. an async generator that asyncio's
+            # finaliser closes in a task of its own): it ends in the state it was made in.
+            leave_elsewhere(engine, interval, error)
+            return
         was = state.busy  # (True only in a timer call made inside one, e.g. by a finaliser)
         state.busy = True  # no lock: see `ThreadState`
         if state.claimed and not was:
@@ -290,6 +304,9 @@ class Timer:
                     if reading is None or reading < state.last_cut:  # (see `_enter`)
                         reading = engine.now()
                     engine.leave(state, interval, reading, error, held=held)
+        except Exception:  # a bug of looptrace's: counted, never raised into the loop
+            engine.incidents.failed("a section exit")
+            return
         finally:
             state.busy = was
         if interval is None and not engine.closed:
