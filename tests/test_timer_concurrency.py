@@ -501,3 +501,25 @@ def test_an_error_inside_a_timer_call_is_counted_not_raised() -> None:
     assert asyncio.run(handle()) == 7  # and the next call is timed as usual
     assert counts(cap.lt.reset()) == {"root.serve": 1, "root.serve.handle": 1}
     cap.lt.shutdown()
+
+
+def test_an_entry_left_in_another_thread_while_looptrace_is_busy_is_counted(
+    cap: Capture, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Closing a generator of another thread while a reset holds on waits 1 s, then counts it."""
+    t = cap.lt.timer("serve")
+
+    @t.timed()
+    def numbers() -> Iterator[int]:
+        yield from range(10)
+
+    worker = Worker()
+    made: list[Iterator[int]] = []
+    worker.run(lambda: made.append(numbers()))
+    worker.run(lambda: next(made[0]))
+    with cap.lt._engine.aggregator.lock:  # (a reset at work: a fault injected for the test)
+        made.pop().close()
+    assert cap.lt.health().misuse == 1
+    assert "section 'root.serve.numbers' left in another thread" in caplog.text
+    worker.close()  # the entry ends with its thread
+    assert counts(cap.lt.reset()) == {"root.serve": 1, "root.serve.numbers": 1}

@@ -44,8 +44,9 @@ def leave_elsewhere(engine: Engine, interval: Interval, error: BaseException | N
     if not lock.acquire(timeout=WAIT_S):
         engine.incidents.misused(
             "elsewhere",
-            f"section {interval.node.path!r} left in another thread while its timers were "
-            "busy: its entry runs on until its thread's next lap, stop() or reset()",
+            f"section {interval.node.path!r} left in another thread while looptrace was "
+            "busy for more than a second: the entry runs on until its timer's interval ends "
+            "in the thread that entered it",
         )
         return
     try:
