@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterator
 
 import pytest
@@ -280,3 +281,20 @@ def test_a_torch_dataloader_gives_a_lap_per_batch_and_times_its_loading(cap: Cap
         0.04,
         0.02,
     ]
+
+
+def test_an_iterable_whose_len_fails_raises_at_the_call(cap: Capture) -> None:
+    """A len() that raises (not TypeError) propagates from iterate(), with nothing started."""
+
+    class Broken:
+        def __len__(self) -> int:
+            raise RuntimeError("no length")
+
+        def __iter__(self) -> Iterator[int]:
+            return iter([1])
+
+    train = cap.lt.timer("train")
+    with pytest.raises(RuntimeError, match="no length"):
+        train.iterate(Broken())
+    gc.collect()
+    assert (train.running, counts(cap.lt.reset()), cap.lt.health().misuse) == (False, {}, 0)

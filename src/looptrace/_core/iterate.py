@@ -38,6 +38,7 @@ class Laps(Generic[T]):
     __slots__ = ("_done", "_fetch", "_iterable", "_iterator", "_remaining", "_timer")
 
     def __init__(self, timer: Timer, iterable: Iterable[T], fetch: Section) -> None:
+        self._done = True  # (until made whole: `__del__` runs whatever `len()` raises)
         self._timer = timer
         self._fetch = fetch
         self._iterable: Iterable[T] | None = iterable  # until its iterator is made
