@@ -283,8 +283,8 @@ def test_a_torch_dataloader_gives_a_lap_per_batch_and_times_its_loading(cap: Cap
     ]
 
 
-def test_an_iterable_whose_len_fails_raises_at_the_call(cap: Capture) -> None:
-    """A len() that raises (not TypeError) propagates from iterate(), with nothing started."""
+def test_an_iterable_whose_len_fails_raises_at_the_first_fetch(cap: Capture) -> None:
+    """A len() that raises (not TypeError) propagates from the first next(), nothing started."""
 
     class Broken:
         def __len__(self) -> int:
@@ -295,6 +295,6 @@ def test_an_iterable_whose_len_fails_raises_at_the_call(cap: Capture) -> None:
 
     train = cap.lt.timer("train")
     with pytest.raises(RuntimeError, match="no length"):
-        train.iterate(Broken())
+        next(train.iterate(Broken()))
     gc.collect()
     assert (train.running, counts(cap.lt.reset()), cap.lt.health().misuse) == (False, {}, 0)

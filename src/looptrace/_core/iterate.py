@@ -12,7 +12,7 @@ is dropped, so a `break` out of the loop would leave its lap running. An object 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sized
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import TYPE_CHECKING, Final, Generic, TypeVar
 
 if TYPE_CHECKING:
     from looptrace._core.section import Section
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 _END = object()  # what `next()` returns for an exhausted iterator
+_UNREAD: Final = -1  # `Laps._remaining` before the first fetch reads `len()`
 
 
 class Laps(Generic[T]):
@@ -38,12 +39,13 @@ class Laps(Generic[T]):
     __slots__ = ("_done", "_fetch", "_iterable", "_iterator", "_remaining", "_timer")
 
     def __init__(self, timer: Timer, iterable: Iterable[T], fetch: Section) -> None:
-        self._done = True  # (until made whole: `__del__` runs whatever `len()` raises)
         self._timer = timer
         self._fetch = fetch
         self._iterable: Iterable[T] | None = iterable  # until its iterator is made
         self._iterator: Iterator[T] | None = None
-        self._remaining = _length(iterable)
+        # Items left by `len()`, None when it does not say; read at the first fetch, so that
+        # nothing here raises (a compiled object's finaliser would find it half made).
+        self._remaining: int | None = _UNREAD
         self._done = False
 
     def __iter__(self) -> Laps[T]:
@@ -66,6 +68,8 @@ class Laps(Generic[T]):
         """Lap the timer and fetch the next item, timed; `_END` when there is none."""
         timer = self._timer
         remaining = self._remaining
+        if remaining == _UNREAD:
+            remaining = self._remaining = _length(self._iterable)
         if remaining == 0:
             if timer.running:
                 timer.stop()  # the last lap ends here; finding the end is not timed
@@ -105,7 +109,7 @@ class Laps(Generic[T]):
         self.close()
 
 
-def _length(iterable: Iterable[object]) -> int | None:
+def _length(iterable: Iterable[object] | None) -> int | None:
     """Return how many items `iterable` promises, or None when it does not say."""
     if not isinstance(iterable, Sized):
         return None
