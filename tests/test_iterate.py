@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterator
 
 import pytest
@@ -13,17 +14,32 @@ from .conftest import counts, totals
 
 
 class Loader:
-    """A sized iterable whose every fetch takes the next of `fetch_s` on the fake clock."""
+    """A sized iterable whose every fetch takes the next of `fetch_s` on the fake clock.
 
-    def __init__(self, clock: FakeClock, fetch_s: list[float], length: int | None = None) -> None:
+    `iter()` on it takes `start_s` (a DataLoader starting its workers).
+    """
+
+    def __init__(
+        self,
+        clock: FakeClock,
+        fetch_s: list[float],
+        length: int | None = None,
+        *,
+        start_s: float = 0.0,
+    ) -> None:
         self.clock = clock
         self.fetch_s = fetch_s
         self.length = len(fetch_s) if length is None else length
+        self.start_s = start_s
 
     def __len__(self) -> int:
         return self.length
 
     def __iter__(self) -> Iterator[int]:
+        self.clock.advance(self.start_s)
+        return self._items()
+
+    def _items(self) -> Iterator[int]:
         for index, seconds in enumerate(self.fetch_s):
             self.clock.advance(seconds)
             yield index
@@ -114,6 +130,105 @@ def test_break_ends_the_lap_when_the_iterator_closes(cap: Capture) -> None:
     )
 
 
+def _loop_with_break(train: looptrace.Timer, clock: FakeClock) -> None:
+    for batch in train.iterate(Loader(clock, [0.1, 0.2, 0.3, 0.4])):
+        clock.advance(1.0)
+        if batch == 1:
+            break
+
+
+def _loop_with_enumerate(train: looptrace.Timer, clock: FakeClock) -> None:
+    for step, _ in enumerate(train.iterate(Loader(clock, [0.1, 0.2, 0.3, 0.4]))):
+        clock.advance(1.0)
+        if step >= 1:
+            break
+
+
+def _loop_with_zip(train: looptrace.Timer, clock: FakeClock) -> None:
+    for _ in zip(range(2), train.iterate(Loader(clock, [0.1, 0.2, 0.3, 0.4])), strict=False):
+        clock.advance(1.0)
+
+
+def _loop_with_an_error(train: looptrace.Timer, clock: FakeClock) -> None:
+    with pytest.raises(ValueError, match="bad batch"):
+        for batch in train.iterate(Loader(clock, [0.1, 0.2, 0.3, 0.4])):
+            clock.advance(1.0)
+            if batch == 1:
+                raise ValueError("bad batch")
+
+
+def _iterator_dropped(train: looptrace.Timer, clock: FakeClock) -> None:
+    batches = train.iterate(Loader(clock, [0.1, 0.2, 0.3, 0.4]))
+    for _ in range(2):
+        next(batches)
+        clock.advance(1.0)
+    del batches
+
+
+@pytest.mark.parametrize(
+    "loop",
+    [
+        _loop_with_break,
+        _loop_with_enumerate,
+        _loop_with_zip,
+        _loop_with_an_error,
+        _iterator_dropped,
+    ],
+)
+def test_leaving_the_loop_early_ends_the_lap_there(cap: Capture, loop: object) -> None:
+    """break, enumerate, zip, an error or a dropped iterator end the lap at once, no close()."""
+    train = cap.lt.timer("train")
+    assert callable(loop)
+    loop(train, cap.clock)
+    assert not train.running
+    cap.clock.advance(5.0)  # after the loop: in no lap
+    snap = cap.lt.reset()
+    assert (counts(snap), totals(snap)) == (
+        {"root.train": 2, "root.train.data": 2},
+        {"root.train": 2.3, "root.train.data": 0.3},
+    )
+
+
+def test_the_first_lap_times_the_start_of_the_iteration(cap: Capture) -> None:
+    """`iter(loader)` (worker start-up) is in the first lap's `data`, again in each epoch."""
+    train = cap.lt.timer("train")
+    loader = Loader(cap.clock, [0.1, 0.2], start_s=0.125)
+    for _ in range(2):  # two epochs: each starts its workers again
+        for _ in train.iterate(loader):
+            cap.clock.advance(1.0)
+    snap = cap.lt.reset()
+    assert (counts(snap), totals(snap)) == (
+        {"root.train": 4, "root.train.data": 4},
+        {"root.train": 4.85, "root.train.data": 0.85},
+    )
+    assert [round(s["end"] - s["start"], 9) for s in cap.span_tree() if s["name"] == "data"] == [
+        0.225,
+        0.2,
+        0.225,
+        0.2,
+    ]
+
+
+def test_a_failing_start_ends_the_first_fetch_with_an_error(cap: Capture) -> None:
+    """An `iter()` that raises (workers that cannot start) is the first lap's failed fetch."""
+
+    class Broken:
+        def __iter__(self) -> Iterator[int]:
+            cap.clock.advance(0.25)
+            raise OSError("worker failed to start")
+
+    train = cap.lt.timer("train")
+    with pytest.raises(OSError, match="worker failed"):
+        list(train.iterate(Broken()))
+    snap = cap.lt.reset()
+    assert (train.running, counts(snap), totals(snap), snap["root.train.data"].errors) == (
+        False,
+        {"root.train": 1, "root.train.data": 1},
+        {"root.train": 0.25, "root.train.data": 0.25},
+        1,
+    )
+
+
 def test_a_failing_fetch_ends_its_section_with_an_error_and_the_lap(cap: Capture) -> None:
     """An exception from the loader marks `data` ERROR, stops the timer and propagates."""
 
@@ -166,3 +281,20 @@ def test_a_torch_dataloader_gives_a_lap_per_batch_and_times_its_loading(cap: Cap
         0.04,
         0.02,
     ]
+
+
+def test_an_iterable_whose_len_fails_raises_at_the_first_fetch(cap: Capture) -> None:
+    """A len() that raises (not TypeError) propagates from the first next(), nothing started."""
+
+    class Broken:
+        def __len__(self) -> int:
+            raise RuntimeError("no length")
+
+        def __iter__(self) -> Iterator[int]:
+            return iter([1])
+
+    train = cap.lt.timer("train")
+    with pytest.raises(RuntimeError, match="no length"):
+        next(train.iterate(Broken()))
+    gc.collect()
+    assert (train.running, counts(cap.lt.reset()), cap.lt.health().misuse) == (False, {}, 0)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+from collections.abc import Callable
 
 import pytest
 
@@ -54,6 +56,48 @@ def test_bad_timer_name_raises(cap: Capture, name: object, message: str) -> None
     """lt.timer() validates its name the same way, whatever the type."""
     with pytest.raises(looptrace.TimerError, match=message):
         cap.lt.timer(name)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("use", ["record", "section", "timer", "timed", "lt.timer", "iterate"])
+def test_a_name_that_is_not_utf8_text_is_refused_at_the_call(cap: Capture, use: str) -> None:
+    """A lone surrogate (os.fsdecode of a non-UTF-8 file name) is a TimerError, shown escaped."""
+    name = os.fsdecode(b"shard-\xff")
+    train = cap.lt.timer("training")
+    train.record("data")
+    cap.clock.advance(1.0)
+    calls: dict[str, Callable[[], object]] = {
+        "record": lambda: train.record(name),
+        "section": lambda: train.section(name),
+        "timer": lambda: train.timer(name),
+        "timed": lambda: train.timed(name)(lambda: None),
+        "lt.timer": lambda: cap.lt.timer(name),
+        "iterate": lambda: train.iterate([1], section=name),
+    }
+    owner = "root" if use == "lt.timer" else "root.training"
+    with pytest.raises(looptrace.TimerError) as raised:
+        calls[use]()
+    assert str(raised.value) == (
+        f"section name 'shard-\\udcff' of timer {owner!r} cannot be encoded as UTF-8 "
+        "(character '\\udcff' at index 6): names must be text, e.g. bytes decoded with "
+        "errors='replace'"
+    )
+    assert train.timer("data").running
+    train.stop()
+    assert counts(cap.lt.reset()) == {"root.training": 1, "root.training.data": 1}
+
+
+def test_names_beyond_ascii_are_accepted(cap: Capture) -> None:
+    """Any text that encodes as UTF-8 names a section: accents, CJK, emoji."""
+    train = cap.lt.timer("training")
+    for name in ("données", "数据", "step-🚀"):
+        train.record(name)
+    train.stop()
+    assert set(counts(cap.lt.reset())) == {
+        "root.training",
+        "root.training.données",
+        "root.training.数据",
+        "root.training.step-🚀",
+    }
 
 
 def test_longest_allowed_name_works(cap: Capture) -> None:

@@ -450,6 +450,55 @@ def test_nesting_is_rebuilt_from_ancestry_and_time() -> None:
     cap.lt.shutdown()
 
 
+def test_a_section_entered_inside_a_siblings_entry_is_rebuilt_inside_it() -> None:
+    """A section entered inside an open entry of its sibling nests in it, as when traced."""
+    cap = capture(trace_every=0)
+    train = cap.lt.timer("training")
+    timers = {"t": train, "a": train.timer("a"), "b": train.timer("b"), "c": train.timer("c")}
+    entries = [
+        _entry("b", 0, 0, timers),  # zero-length, as a began: an earlier sibling
+        _entry("b", 1, 3, timers),  # inside a: nested
+        _entry("a", 0, 7, timers),
+        _entry("c", 7, 9, timers),  # after a: a sibling
+        _entry("t", 0, 9, timers),
+    ]
+    assert nest(entries) == [[], [], [1], [], [0, 2, 3]]
+    cap.lt.shutdown()
+
+
+def _decorated_calls(cap: Capture) -> list[tuple[Any, ...]]:
+    """Run 12 steps of a() calling b(), then a slow one; return the slow step's spans."""
+    train = cap.lt.timer("training")
+
+    @train.timed()
+    def b(seconds: float) -> None:
+        cap.clock.advance(seconds)
+
+    @train.timed()
+    def a(seconds: float) -> None:
+        cap.clock.advance(seconds)
+        b(seconds)
+        cap.clock.advance(seconds)
+
+    for seconds in [0.1] * 12 + [2.0]:
+        train.record()
+        a(seconds)
+    train.stop()
+    cap.lt.shutdown()
+    return [span for span in _tree(cap) if span[2] == 12]
+
+
+def test_a_slow_lap_nests_a_decorated_call_in_the_one_that_made_it() -> None:
+    """A slow lap's exported spans nest b() in a() as tracing the step does."""
+    traced = _decorated_calls(capture(trace_every=1, slow_lap_factor=None))
+    assert traced == _decorated_calls(capture(trace_every=0, slow_lap_factor=2.0))
+    assert traced == [
+        ("b", "a", 12, 5.6, 7.6),
+        ("a", "training", 12, 3.6, 9.6),
+        ("training", None, 12, 3.6, 9.6),
+    ]
+
+
 @settings(max_examples=60, deadline=None)
 @given(operations)
 def test_exporting_slow_laps_never_changes_the_statistics(ops: list[tuple[str, Any, Any]]) -> None:

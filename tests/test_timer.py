@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import pickle
 
 import pytest
 
@@ -371,6 +372,92 @@ def test_recursive_decorated_function_is_measured_per_call(cap: Capture) -> None
     assert parents == [("fib", "fib")] * 3 + [("fib", "training"), ("training", None)]
 
 
+def _stats(snap: looptrace.Snapshot) -> dict[str, tuple[int, float, float]]:
+    return {path: (s.count, round(s.total, 9), round(s.self_time, 9)) for path, s in snap.items()}
+
+
+@pytest.mark.parametrize("lapped", [False, True])
+def test_a_decorated_function_called_from_another_nests_in_it(cap: Capture, lapped: bool) -> None:
+    """a() (7 s) calling b() (2 s) on one timer: b is a child of a, and no time is lost."""
+    train = cap.lt.timer("training")
+
+    @train.timed()
+    def b() -> None:
+        cap.clock.advance(2.0)
+
+    @train.timed()
+    def a() -> None:
+        cap.clock.advance(1.0)
+        b()
+        cap.clock.advance(4.0)
+
+    if lapped:
+        train.record()
+    a()
+    if lapped:
+        train.stop()
+    assert not train.running
+    assert _stats(cap.lt.reset()) == {
+        "root.training": (1, 7.0, 0.0),
+        "root.training.a": (1, 7.0, 5.0),
+        "root.training.b": (1, 2.0, 2.0),
+    }
+    assert [(s["name"], s["parent"], s["start"], s["end"]) for s in cap.span_tree()] == [
+        ("b", "a", 1.0, 3.0),
+        ("a", "training", 0.0, 7.0),
+        ("training", None, 0.0, 7.0),
+    ]
+    assert cap.lt.health().misuse == 0
+
+
+def test_nested_with_blocks_of_one_timer_nest(cap: Capture) -> None:
+    """Nested `with t.section()` blocks nest, three deep, each inside the innermost running."""
+    lt = capture(trace_every=0, clock=cap.clock).lt
+    train = lt.timer("training")
+    train.record()
+    for _ in range(2):  # the second time through, the sections' spare intervals are reused
+        with train.section("outer"):
+            cap.clock.advance(1.0)
+            with train.section("middle"):
+                cap.clock.advance(1.0)
+                with train.section("inner"):
+                    cap.clock.advance(1.0)
+                cap.clock.advance(1.0)
+            with train.section("after"):  # middle has ended: a sibling of it, inside outer
+                cap.clock.advance(1.0)
+        cap.clock.advance(1.0)
+    train.stop()
+    assert _stats(lt.reset()) == {
+        "root.training": (1, 12.0, 2.0),
+        "root.training.outer": (2, 10.0, 2.0),
+        "root.training.middle": (2, 6.0, 4.0),
+        "root.training.inner": (2, 2.0, 2.0),
+        "root.training.after": (2, 2.0, 2.0),
+    }
+    assert lt.health().misuse == 0
+
+
+def test_a_section_entered_inside_an_entry_nests_in_its_running_section(cap: Capture) -> None:
+    """Inside a with-block with a section of its own running, a sibling entry nests there."""
+    train = cap.lt.timer("training")
+    train.record()
+    with train.section("step"):
+        train.timer("step").record("load")
+        cap.clock.advance(1.0)
+        with train.section("fetch"):
+            cap.clock.advance(2.0)
+        cap.clock.advance(3.0)
+    train.stop()
+    assert _stats(cap.lt.reset()) == {
+        "root.training": (1, 6.0, 0.0),
+        "root.training.step": (1, 6.0, 0.0),
+        "root.training.step.load": (1, 6.0, 4.0),
+        "root.training.fetch": (1, 2.0, 2.0),
+    }
+    parents = {s["name"]: s["parent"] for s in cap.span_tree()}
+    assert parents == {"fetch": "load", "load": "step", "step": "training", "training": None}
+
+
 def test_decorated_function_exception_propagates(cap: Capture) -> None:
     """A decorated function that raises is counted as an error and the exception propagates."""
     train = cap.lt.timer("training")
@@ -383,3 +470,42 @@ def test_decorated_function_exception_propagates(cap: Capture) -> None:
     with pytest.raises(KeyError):
         fails()
     assert cap.lt.reset()["root.training.fails"].errors == 1
+
+
+def test_a_timer_refuses_to_be_pickled_and_says_what_to_do(cap: Capture) -> None:
+    """Pickling a timer (or a section, or what holds one) is a TimerError saying what to do."""
+    train = cap.lt.timer("training")
+    train.record("data")
+    for held in (train, {"timer": train}, train.section("forward")):
+        with pytest.raises(looptrace.TimerError) as raised:
+            pickle.dumps(held)
+        assert str(raised.value) == (
+            "timer 'root.training' cannot be pickled (e.g. into a DataLoader worker started "
+            "with 'spawn'): its laps live in this process. Create timers in the worker "
+            "instead: call looptrace.configure() there (e.g. in worker_init_fn) and look the "
+            "timer up by its name, lt.timer(name); pass the name, not the timer"
+        )
+    assert train.timer("data").running
+
+
+class TimedDataset:
+    """A map-style dataset that keeps a timer, as a user's dataset might."""
+
+    def __init__(self, timer: looptrace.Timer) -> None:
+        self.timer = timer
+
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, index: int) -> int:
+        return index
+
+
+@pytest.mark.slow
+def test_a_spawn_dataloader_whose_dataset_holds_a_timer_says_what_to_do(cap: Capture) -> None:
+    """A real spawn DataLoader over a dataset holding a timer fails with the TimerError."""
+    torch_data = pytest.importorskip("torch.utils.data")
+    dataset = TimedDataset(cap.lt.timer("training"))
+    loader = torch_data.DataLoader(dataset, num_workers=1, multiprocessing_context="spawn")
+    with pytest.raises(looptrace.TimerError, match="Create timers in the worker"):
+        iter(loader)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 
 import pytest
 
-from looptrace.testing import Capture, capture
+from looptrace.testing import Capture, FakeClock, capture
 
 from .conftest import PreemptingClock, Worker, counts, totals
 
@@ -409,3 +410,116 @@ def test_a_timed_async_generator_called_wrongly_ends_its_entry(cap: Capture) -> 
     with pytest.raises(TypeError, match="count"):
         asyncio.run(main())
     assert cap.lt.reset()["root.serve.numbers"].errors == 1
+
+
+def test_breaking_out_of_a_timed_async_generator_ends_its_entry_there(cap: Capture) -> None:
+    """`break` out of a @timed async generator: asyncio's finaliser task ends the entry cleanly."""
+    t = cap.lt.timer("serve")
+    failures: list[dict[str, object]] = []
+
+    @t.timed()
+    async def numbers() -> AsyncIterator[int]:
+        for i in range(10):
+            cap.clock.advance(0.5)
+            yield i
+
+    async def main() -> None:
+        asyncio.get_running_loop().set_exception_handler(
+            lambda _, context: failures.append(context)
+        )
+        async for i in numbers():
+            if i == 2:
+                break
+        for _ in range(3):  # the finaliser's task closes the generator
+            await asyncio.sleep(0)
+        cap.clock.advance(4.0)  # after the close: in no entry
+        gc.collect()  # a failed task reports its exception when it is collected
+
+    asyncio.run(main())
+    snap = cap.lt.reset()
+    assert (failures, counts(snap), totals(snap), snap["root.serve.numbers"].errors) == (
+        [],
+        {"root.serve": 1, "root.serve.numbers": 1},
+        {"root.serve": 1.5, "root.serve.numbers": 1.5},
+        0,
+    )
+    assert (cap.lt.health().misuse, cap.lt.health().internal_errors) == (0, 0)
+
+
+def test_a_timed_generator_closed_in_another_thread_ends_in_its_own(cap: Capture) -> None:
+    """A @timed generator entered in one thread and closed in another ends its entry at once."""
+    t = cap.lt.timer("serve")
+
+    @t.timed()
+    def numbers() -> Iterator[int]:
+        for i in range(10):
+            cap.clock.advance(0.5)
+            yield i
+
+    worker = Worker()
+    made: list[Iterator[int]] = []
+    worker.run(lambda: made.append(numbers()))
+    worker.run(lambda: [next(made[0]) for _ in range(2)])
+    made.pop().close()  # in this thread
+    assert counts(cap.lt.reset()) == {"root.serve": 1, "root.serve.numbers": 1}
+    cap.clock.advance(4.0)
+    worker.close()
+    assert counts(cap.lt.reset()) == {}
+    assert (cap.lt.health().misuse, cap.lt.health().internal_errors) == (0, 0)
+
+
+class FailingClock(FakeClock):
+    """A fake clock whose reading number `fail_at` (counting from 1) raises, as a bug would."""
+
+    def __init__(self, fail_at: int) -> None:
+        super().__init__(start_s=0.0)
+        self.reads = 0
+        self.fail_at = fail_at
+
+    def monotonic_ns(self) -> int:
+        """Return the time, or raise on the chosen reading."""
+        self.reads += 1
+        if self.reads == self.fail_at:
+            raise RuntimeError("broken inside a timer call")
+        return super().monotonic_ns()
+
+
+def test_an_error_inside_a_timer_call_is_counted_not_raised() -> None:
+    """An exception inside a section entry (in a task) is an internal error: counted, logged."""
+    clock = FailingClock(fail_at=0)
+    cap = capture(clock=clock)
+    t = cap.lt.timer("serve")
+
+    @t.timed()
+    async def handle() -> int:
+        clock.advance(0.25)
+        return 7
+
+    clock.fail_at = clock.reads + 1  # the entry's reading of the clock
+    assert asyncio.run(handle()) == 7
+    assert cap.lt.health().internal_errors == 1
+    assert asyncio.run(handle()) == 7  # and the next call is timed as usual
+    assert counts(cap.lt.reset()) == {"root.serve": 1, "root.serve.handle": 1}
+    cap.lt.shutdown()
+
+
+def test_an_entry_left_in_another_thread_while_looptrace_is_busy_is_counted(
+    cap: Capture, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Closing a generator of another thread while a reset holds on waits 1 s, then counts it."""
+    t = cap.lt.timer("serve")
+
+    @t.timed()
+    def numbers() -> Iterator[int]:
+        yield from range(10)
+
+    worker = Worker()
+    made: list[Iterator[int]] = []
+    worker.run(lambda: made.append(numbers()))
+    worker.run(lambda: next(made[0]))
+    with cap.lt._engine.aggregator.lock:  # (a reset at work: a fault injected for the test)
+        made.pop().close()
+    assert cap.lt.health().misuse == 1
+    assert "section 'root.serve.numbers' left in another thread" in caplog.text
+    worker.close()  # the entry ends with its thread
+    assert counts(cap.lt.reset()) == {"root.serve": 1, "root.serve.numbers": 1}

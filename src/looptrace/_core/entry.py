@@ -54,6 +54,9 @@ class SectionEntry:
                 try:
                     if not state.claimed and self._enter_spare(state, now):
                         return self.section
+                except Exception:  # a bug of looptrace's: counted, never raised into the loop
+                    engine.incidents.failed("a section entry")
+                    return self.section
                 finally:
                     state.busy = False
         owner._enter(self.timer, hold=True)
@@ -108,6 +111,9 @@ class SectionEntry:
                     state.busy = True  # no lock: see `ThreadState`
                     try:
                         left = not state.claimed and self._leave_in_place(state, now)
+                    except Exception:  # a bug of looptrace's: counted, never raised
+                        engine.incidents.failed("a section exit")
+                        left = True
                     finally:
                         state.busy = False
                     if left:

@@ -42,6 +42,10 @@ class Section:
         """Leave the section entered last by this thread."""
         self._entry.exit(None, None, None)
 
+    def __reduce__(self) -> str:
+        """Refuse to be pickled, as its timer does (`Timer.__reduce__`)."""
+        return self._owner.__reduce__()
+
     # What `with` calls are the class's own (see `new_section`); these serve explicit calls.
     def __enter__(self) -> Section:
         self._entry.enter()

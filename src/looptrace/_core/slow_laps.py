@@ -355,10 +355,22 @@ def nest(entries: list[Entry]) -> list[list[int]]:
 
 
 def _nested(entry: Entry, timer: Timer, start: int) -> bool:
-    """Whether `entry` can be a child of an interval of `timer` that started at `start`."""
-    if entry[0] is timer:  # recursion, unless it is an earlier interval that ended as this began
-        return not (entry[2] == start and entry[1] == start)
-    return _below(entry[0], timer)
+    """Whether `entry` can be a child of an interval of `timer` that started at `start`.
+
+    Besides in its ancestors' intervals, a section's interval nests in one that runs inside an
+    open entry of a sibling section (`Timer._enter`): an interval of a timer below its parent
+    that is not its own descendant.
+    """
+    entered = entry[0]
+    if entered is not timer:
+        if _below(entered, timer):
+            return True
+        parent = entered.parent
+        if parent is None or not _below(timer, parent) or _below(timer, entered):
+            return False
+    # Recursion, or a section entered inside a sibling's entry: unless it is an earlier
+    # interval that ended as this one began.
+    return not (entry[2] == start and entry[1] == start)
 
 
 def _below(timer: Timer, ancestor: Timer) -> bool:

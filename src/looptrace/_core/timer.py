@@ -7,8 +7,9 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Final, ParamSpec, TypeVar
 
 from looptrace._core.engine import Engine
-from looptrace._core.intervals import Interval, NodeState, find
-from looptrace._core.iterate import laps
+from looptrace._core.handoff import leave_elsewhere
+from looptrace._core.intervals import Interval, NodeState, ThreadState, find
+from looptrace._core.iterate import Laps
 from looptrace._core.section import Section, new_section
 from looptrace._core.threadkey import now_in, now_plain
 from looptrace._stats.aggregator import OTHER_PATH
@@ -168,6 +169,8 @@ class Timer:
                 if running is not None and running.stack:
                     engine.end(state, running.stack[0], now)
                 engine.start(state, child, now, current)
+        except Exception:  # a bug of looptrace's: counted, never raised into the loop
+            engine.incidents.failed("record()")
         finally:
             state.busy = was
         if state.fold_due:
@@ -190,6 +193,9 @@ class Timer:
             was_running = mine is not None and bool(mine.stack)
             if mine is not None and mine.stack:
                 engine.end(state, mine.stack[0], engine.now())
+        except Exception:  # a bug of looptrace's: counted, never raised into the loop
+            engine.incidents.failed("stop()")
+            was_running = True
         finally:
             state.busy = was
         if not was_running:
@@ -215,10 +221,12 @@ class Timer:
     def iterate(self, iterable: Iterable[R], section: str = "data") -> Iterator[R]:
         """Yield the items of `iterable`, one lap of this timer each, the fetch timed as `section`.
 
-        `for batch in train.iterate(loader):` measures the wait for every batch; the timer
-        stops when the iterable is exhausted (see the README, "Use", for `break` and errors).
+        `for batch in train.iterate(loader):` measures the wait for every batch, the first
+        lap's including `iter(loader)` (a DataLoader starts its workers there); the timer stops
+        when the iterable is exhausted, or when the loop leaves early (`break`, an error) and
+        drops the iterator.
         """
-        return laps(self, iterable, self.section(section))
+        return Laps(self, iterable, self.section(section))
 
     def timed(self, name: str | None = None) -> Callable[[Callable[P, R]], Callable[P, R]]:
         """Decorate a function so each call is a section (default name: the function's)."""
@@ -252,7 +260,10 @@ class Timer:
             now = engine.now() if reading is None or reading < state.last_cut else reading
             running = find(state, child)
             interval: Interval | None
-            if running is not None and running.stack:  # recursion: nest in its latest one
+            inside = _inside_entry(state, self)
+            if inside is not None:  # another entry of a section of this timer is open: nest
+                interval = engine.start(state, child, now, inside, running)
+            elif running is not None and running.stack:  # recursion: nest in its latest one
                 interval = engine.start(state, child, now, running.stack[-1], running)
             else:
                 current = engine.run_owner_for(state, self, child, now, True)
@@ -261,6 +272,9 @@ class Timer:
             if hold:
                 interval.state.push_entry(interval)
             return interval
+        except Exception:  # a bug of looptrace's: counted, never raised into the loop
+            engine.incidents.failed("a section entry")
+            return None
         finally:
             state.busy = was
 
@@ -273,6 +287,11 @@ class Timer:
         reading = None if state is None or state.tasks else now_in(state.key, engine.now)
         if state is None or reading is None:
             state = engine.states.state()
+        if interval is not None and interval.state.owner is not state:
+            # Entered in another task or thread (e.g. an async generator that asyncio's
+            # finaliser closes in a task of its own): it ends in the state it was made in.
+            leave_elsewhere(engine, interval, error)
+            return
         was = state.busy  # (True only in a timer call made inside one, e.g. by a finaliser)
         state.busy = True  # no lock: see `ThreadState`
         if state.claimed and not was:
@@ -292,6 +311,9 @@ class Timer:
                     if reading is None or reading < state.last_cut:  # (see `_enter`)
                         reading = engine.now()
                     engine.leave(state, interval, reading, error, held=held)
+        except Exception:  # a bug of looptrace's: counted, never raised into the loop
+            engine.incidents.failed("a section exit")
+            return
         finally:
             state.busy = was
         if interval is None and not engine.closed:
@@ -301,9 +323,11 @@ class Timer:
         if state.fold_due:
             engine.windows.merge_pending(state)
 
-    @staticmethod
-    def _check_name(name: object) -> str:
-        """Return `name` if it can name a section, else raise a `TimerError` saying why."""
+    def _check_name(self, name: object) -> str:
+        """Return `name` if it can name a section, else raise a `TimerError` saying why.
+
+        Called once per name: the children keep the names that passed.
+        """
         if not isinstance(name, str):
             raise TimerError(f"a section name must be a str, got {type(name).__name__} {name!r}")
         if not name:
@@ -315,4 +339,46 @@ class Timer:
             )
         if "." in name:
             raise TimerError(f"section name {name!r} contains '.', which separates path levels")
+        if not name.isascii():
+            try:
+                name.encode()
+            except UnicodeEncodeError as error:  # a lone surrogate, e.g. from os.fsdecode()
+                raise TimerError(
+                    f"section name {name!r} of timer {self.path!r} cannot be encoded as UTF-8 "
+                    f"(character {name[error.start]!r} at index {error.start}): names must be "
+                    "text, e.g. bytes decoded with errors='replace'"
+                ) from None
         return name
+
+    def __reduce__(self) -> str:
+        """Refuse to be pickled: a timer's laps live in the process that made it."""
+        raise TimerError(
+            f"timer {self.path!r} cannot be pickled (e.g. into a DataLoader worker started "
+            "with 'spawn'): its laps live in this process. Create timers in the worker "
+            "instead: call looptrace.configure() there (e.g. in worker_init_fn) and look the "
+            "timer up by its name, lt.timer(name); pass the name, not the timer"
+        )
+
+
+def _inside_entry(state: ThreadState, owner: Timer) -> Interval | None:
+    """Return where a new section entry of `owner` nests, None if it nests in nothing open.
+
+    While an entry of one of `owner`'s sections is open (a `with` block, a decorated call),
+    a section entered inside it (a decorated function calling another) nests in the
+    innermost interval running there, as recursion does, instead of ending it as a sibling.
+    """
+    mine = find(state, owner)
+    if mine is None or not mine.stack:
+        return None
+    children = mine.stack[-1].children
+    if not children:
+        return None
+    for running in children:
+        if running.held:
+            break
+    else:
+        return None
+    inner = children[-1]
+    while inner.children:
+        inner = inner.children[-1]
+    return inner

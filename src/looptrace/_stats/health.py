@@ -16,7 +16,8 @@ class Health:
     Attributes:
         misuse: calls ignored by the misuse policy (`stop()` on a stopped timer, use after
             `shutdown()`).
-        internal_errors: exceptions caught inside looptrace's processors and exporters.
+        internal_errors: exceptions caught inside looptrace's processors, exporters and
+            timer calls.
         overflowed: measurements counted under `"other"` because of the path cap.
         dropped_spans: spans an exporter failed to deliver.
         failed_metric_pushes: OTLP metric pushes that were not delivered (the next push
