@@ -77,6 +77,15 @@ def add_commands(commands: Subparsers) -> None:
     )
     _add_filters(plot)
 
+    report = _command(
+        commands,
+        "report",
+        "write one self-contained HTML page of span, snapshot and metrics files (any ranks)",
+        "looptrace report runs/ -o report.html   # files, globs or directories",
+        run_report,
+    )
+    report.add_argument("-o", "--output", required=True, help="the HTML file to write")
+
 
 def _add_setting(parser: argparse.ArgumentParser, name: str, **kwargs: Any) -> None:
     """Add the option of a setting of the table, with the table's help."""
@@ -283,4 +292,22 @@ def run_plot(args: argparse.Namespace) -> int:
         raise _needs("plot", "matplotlib") from None
     width, height = args.size
     print(f"wrote {output} ({width}x{height} px): {data.source}")
+    return 0
+
+
+def run_report(args: argparse.Namespace) -> int:
+    """Write the HTML report of the input files."""
+    from looptrace._core.build import core_kind  # noqa: PLC0415
+    from looptrace._offline.report import write_report  # noqa: PLC0415
+    from looptrace._stats.version import version  # noqa: PLC0415
+
+    output = Path(args.output)
+    made_by = f"looptrace {version()} ({core_kind()} core)"
+    data = write_report(args.files, output, warner("report"), made_by)
+    ranks = data.ranks
+    print(
+        f"wrote {output} ({output.stat().st_size / 1e6:.2f} MB): {data.description}; "
+        f"{len(ranks)} rank{'' if len(ranks) == 1 else 's'}, "
+        f"{len(data.waterfalls)} waterfalls"
+    )
     return 0
