@@ -103,6 +103,7 @@ def render(data: ReportData, made_by: str) -> str:
         "<h2>Step timeline</h2>",
         _timeline_caption(data),
         timeline,
+        svg.rank_legend(list(data.laps or data.window_means)) if hover else "",
         f'<p class="note">{escape(down_note)}</p>' if down_note else "",
         "<h2>Share of the lap per window</h2>",
         svg.shares(data.shares, colour_of, data.timer),
@@ -274,6 +275,7 @@ def _waterfalls(data: ReportData, colour_of: dict[str, str]) -> str:
     )
     note = f'<p class="note">{escape(data.waterfall_note)}</p>' if data.waterfall_note else ""
     return (
-        '<p class="note">Every span of the step on every rank, from the step\'s first start; '
+        '<p class="note">Every span of the step on every rank, each rank from its own first '
+        "start of the step (host clocks differ); "
         f'hover a bar for its exact times.</p>{note}<div id="waterfall"></div>{templates}'
     )

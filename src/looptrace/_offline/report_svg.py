@@ -246,6 +246,22 @@ def legend(sections: Sequence[str], colour_of: Mapping[str, str], timer: str) ->
     return f'<div class="legend">{"".join(items)}</div>'
 
 
+def rank_legend(ranks: Sequence[int]) -> str:
+    """Return the colour legend of the timeline's ranks (and of its marks)."""
+    items = [
+        f'<span class="key"><i style="background:{RANK_PALETTE[i % len(RANK_PALETTE)]}"></i>'
+        f"rank {rank}</span>"
+        for i, rank in enumerate(ranks[:16])
+    ]
+    more = f"<span>… {len(ranks) - 16} more ranks</span>" if len(ranks) > 16 else ""
+    marks = (
+        f'<span class="key"><i style="background:{SLOW_COLOUR};border-radius:50%"></i>slow lap'
+        f'</span><span class="key"><i style="background:{OCCASIONAL_COLOUR};border-radius:50%">'
+        "</i>occasional section</span>"
+    )
+    return f'<div class="legend">{"".join(items)}{more}{marks}</div>'
+
+
 def heatmap(excess: Mapping[int, Mapping[str, float]], sections: Sequence[str], timer: str) -> str:
     """Return the rank x section grid of the excess time per lap over the median rank."""
     ranks = sorted(excess, key=lambda r: (-sum(max(0.0, v) for v in excess[r].values()), r))
@@ -295,10 +311,15 @@ def heatmap(excess: Mapping[int, Mapping[str, float]], sections: Sequence[str], 
 def waterfall(
     step: int, spans: Sequence[SpanRecord], colour_of: Mapping[str, str], timer: str
 ) -> str:
-    """Return the waterfall of one traced step: a bar per span, rows by rank then start."""
-    start = min(span.start_ns for span in spans)
-    end = max(span.end_ns for span in spans)
-    length = max(1, end - start)
+    """Return the waterfall of one traced step: a bar per span, rows by rank then start.
+
+    Each rank's bars start from that rank's first span of the step: the clocks of different
+    hosts agree to a millisecond at best, and a lap's parts are what the ranks compare.
+    """
+    origin: dict[int, int] = {}
+    for span in spans:
+        origin[span.rank] = min(origin.get(span.rank, span.start_ns), span.start_ns)
+    length = max([1, *(span.end_ns - origin[span.rank] for span in spans)])
     depth = _depths(spans)
     ordered = sorted(spans, key=lambda s: (s.rank, s.start_ns, depth[s.span_id]))
     label_w, row_h = 230, 16
@@ -313,14 +334,14 @@ def waterfall(
     ]
     for row, span in enumerate(ordered):
         y = 20 + row * row_h
-        left = label_w + (span.start_ns - start) / length * inner_w
+        left = label_w + (span.start_ns - origin[span.rank]) / length * inner_w
         bar = max(1.0, span.duration_ns / length * inner_w)
         indent = "\u2003" * depth[span.span_id]
         colour = _span_colour(span.path, colour_of, timer)
         outline = ' stroke="#d62728" stroke-width="2"' if span.error else ""
         text = (
             f"rank {span.rank} {span.path}: {format_seconds(span.duration_ns / 1e9)}, "
-            f"starts at +{format_seconds((span.start_ns - start) / 1e9)}"
+            f"starts at +{format_seconds((span.start_ns - origin[span.rank]) / 1e9)}"
             + (", error" if span.error else "")
         )
         parts.append(
