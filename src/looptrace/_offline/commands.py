@@ -86,6 +86,26 @@ def add_commands(commands: Subparsers) -> None:
     )
     report.add_argument("-o", "--output", required=True, help="the HTML file to write")
 
+    compare = commands.add_parser(
+        "compare",
+        help="compare two runs' snapshot files per section, with bootstrap intervals",
+        description="Compare the p50 and the step share of every section between two runs' "
+        "snapshot files, with 95%% bootstrap intervals over windows, largest impact first.",
+        epilog="example: looptrace compare 'base/snapshots*.jsonl' new/ --max-regression 5",
+    )
+    compare.add_argument(
+        "baseline", help="the baseline: a snapshot file, a directory or a quoted glob"
+    )
+    compare.add_argument("candidate", help="the candidate, the same way")
+    compare.add_argument(
+        "--max-regression",
+        type=float,
+        metavar="PCT",
+        help="exit 1 when a section's p50 grew by more than PCT %% and the interval excludes 0",
+    )
+    compare.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    compare.set_defaults(run=run_compare)
+
 
 def _add_setting(parser: argparse.ArgumentParser, name: str, **kwargs: Any) -> None:
     """Add the option of a setting of the table, with the table's help."""
@@ -311,3 +331,18 @@ def run_report(args: argparse.Namespace) -> int:
         f"{len(data.waterfalls)} waterfalls"
     )
     return 0
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    """Print the per-section change from the baseline to the candidate; 1 on a regression."""
+    from looptrace._offline import compare  # noqa: PLC0415
+
+    warn = warner("compare")
+    base = compare.load_side(args.baseline, warn)
+    cand = compare.load_side(args.candidate, warn)
+    timer, changes = compare.compare(base, cand, args.max_regression)
+    if args.json:
+        print(json.dumps(compare.as_json(timer, changes, args.max_regression), indent=1))
+    else:
+        print(compare.render(timer, changes, args.max_regression))
+    return 1 if any(change.flagged for change in changes) else 0
