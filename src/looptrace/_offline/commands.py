@@ -106,6 +106,17 @@ def add_commands(commands: Subparsers) -> None:
     compare.add_argument("--json", action="store_true", help="print the comparison as JSON")
     compare.set_defaults(run=run_compare)
 
+    watch = _command(
+        commands,
+        "watch",
+        "a live view of snapshot files as ranks append to them (Ctrl-C quits)",
+        "looptrace watch 'runs/snapshots.rank*.jsonl'   # files, quoted globs or directories",
+        run_watch,
+    )
+    watch.add_argument(
+        "--interval", type=float, default=1.0, help="seconds between looks at the files (1)"
+    )
+
 
 def _add_setting(parser: argparse.ArgumentParser, name: str, **kwargs: Any) -> None:
     """Add the option of a setting of the table, with the table's help."""
@@ -346,3 +357,12 @@ def run_compare(args: argparse.Namespace) -> int:
     else:
         print(compare.render(timer, changes, args.max_regression))
     return 1 if any(change.flagged for change in changes) else 0
+
+
+def run_watch(args: argparse.Namespace) -> int:
+    """Follow snapshot files in a live terminal view until Ctrl-C."""
+    try:
+        from looptrace._offline.watch import watch  # noqa: PLC0415
+    except ImportError:
+        raise _needs("files", "rich") from None
+    return watch(args.files, warner("watch"), interval=max(0.05, args.interval))
