@@ -11,12 +11,14 @@ from typing import Any
 
 import pytest
 
+from looptrace import RankInfo, configure
 from looptrace._cli import main
 from looptrace._demo import run_demo
 from looptrace._offline.reader import open_inputs
 from looptrace._offline.report_data import Lap, ReportData
 from looptrace._offline.report_svg import MAX_POINTS, timeline
 from looptrace._offline.span_records import load_spans
+from looptrace.testing import FakeClock
 
 from .runs import record_run
 
@@ -89,6 +91,18 @@ def test_two_ranks_show_both_and_their_excess_over_the_median(
     cells = re.findall(r"<title>(rank \d, [a-z]+: [^<]+)</title>", page)
     assert "rank 1, data: +5 ms per lap over the median rank" in cells
     assert "rank 0, data: -5 ms per lap over the median rank" in cells
+
+
+def test_snapshot_files_alone_give_window_means_and_no_waterfall(
+    demo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without span files the timeline shows each window's mean lap; no step to open."""
+    output = tmp_path / "report.html"
+    out = _report(capsys, output, demo / "snapshots.jsonl")
+    assert out.endswith("3 windows, rank 0, closed at steps 100-300; 1 rank, 0 waterfalls\n")
+    text = " ".join(_text(output.read_text()).split())
+    assert "Mean lap of root.training per window and rank" in text
+    assert "No span files given: no traced step to show." in text
 
 
 def test_refuses_to_overwrite_an_input(demo: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -223,6 +237,63 @@ def test_the_demo_report_in_chromium(
     assert _colours(shot) > 50
     assert errors == []
     assert requests == [url]
+    page.close()
+
+
+def _record_with_a_stall(directory: Path) -> None:
+    """Record 2 ranks of 30 steps, every 5th traced; rank 1 stalls 0.5 s in step 13's data."""
+    for rank in range(2):
+        clock = FakeClock(start_s=0.0)
+        lt = configure(
+            "looptrace-test",
+            clock=clock,
+            rank=RankInfo(rank=rank, world_size=2),
+            trace_every=5,
+            trace_file=directory / "spans.jsonl",
+            snapshot_file=directory / "snapshots.jsonl",
+        )
+        train = lt.timer("training")
+        for step in range(30):
+            train.record("data")
+            clock.advance(0.01 + (0.5 if (rank, step) == (1, 13) else 0.0))
+            train.record("forward")
+            clock.advance(0.03)
+            if step < 29:
+                train.record()
+            else:
+                train.stop()
+            if step % 10 == 9:
+                lt.reset()
+        lt.shutdown()
+
+
+@pytest.mark.slow
+def test_a_slow_lap_of_one_rank_opens_its_waterfall_in_chromium(
+    browser: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two ranks, a lap traced for its slowness: its mark opens that rank's spans of the step."""
+    _record_with_a_stall(tmp_path)
+    output = tmp_path / "report.html"
+    _report(capsys, output, tmp_path)
+    url = output.as_uri()
+    page = browser.new_page(viewport={"width": 1100, "height": 900})
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.route(
+        "**/*", lambda route: route.continue_() if route.request.url == url else route.abort()
+    )
+    page.goto(url, wait_until="load")
+    assert "rank 0" in page.inner_text("body") and "rank 1" in page.inner_text("body")
+    slow = page.locator("circle.mark.slow")
+    assert slow.count() == 1
+    assert (slow.get_attribute("data-step"), slow.get_attribute("data-rank")) == ("13", "1")
+    slow.click()
+    assert page.inner_text("#wf-title") == "step 13"
+    shown = page.eval_on_selector_all(
+        "#waterfall .span-name", "nodes => nodes.map(n => n.textContent)"
+    )
+    assert [" ".join(name.split()) for name in shown] == ["r1 training", "r1 data", "r1 forward"]
+    assert errors == []
     page.close()
 
 
