@@ -219,6 +219,11 @@ def load_windows(kind: str, files: Sequence[JsonLinesFile], warn: Warn) -> list[
     return windows
 
 
+def snapshot_window(record: dict[str, Any]) -> Window:
+    """Return the window of one parsed snapshot line (`TypeError`, `ValueError` if malformed)."""
+    return _snapshot(record)
+
+
 _MAX_INT = 2**63
 _MAX_SECONDS = 1e9  # 30 years: any larger duration is corrupt
 
