@@ -3,7 +3,7 @@
 `pip install .` (any wheel build) compiles those packages to C extensions. Without a working C
 compiler, with `LOOPTRACE_PURE_PYTHON=1`, or for an editable install (`pip install -e .`, so that
 edits take effect at once), the same modules run as pure Python: identical behaviour, a higher
-cost per section (README, "Performance"). `looptrace --version` says which core runs.
+cost per section (docs/performance.md). `looptrace --version` says which core runs.
 """
 
 from __future__ import annotations

@@ -23,10 +23,10 @@ from looptrace._export.settings import (
 from looptrace._export.settings_table import (
     DEFAULT_ENDPOINTS,
     SETTINGS,
+    docs_rows,
     env_value,
     int_value,
     option_help,
-    readme_rows,
     setting,
     str_value,
 )
@@ -45,7 +45,7 @@ BATCH = (
 def docs_table() -> list[str]:
     """Return the Configuration page's settings table: from its header to the first non-row."""
     lines = CONFIGURATION.read_text().splitlines()
-    start = lines.index(readme_rows()[0])
+    start = lines.index(docs_rows()[0])
     end = start
     while end < len(lines) and lines[end].startswith("|"):
         end += 1
@@ -53,8 +53,8 @@ def docs_table() -> list[str]:
 
 
 def test_docs_table_is_the_rendered_table() -> None:
-    """The Configuration page's settings table is exactly the table rendered (`readme_rows()`)."""
-    assert docs_table() == readme_rows()
+    """The Configuration page's settings table is exactly the table rendered (`docs_rows()`)."""
+    assert docs_table() == docs_rows()
 
 
 def test_every_configure_argument_of_the_table_exists() -> None:

@@ -113,11 +113,12 @@ def configure(
         prometheus: serve `/metrics` for Prometheus at `"host:port"` or a port (host
             127.0.0.1; the local rank is added to the port), True for the default 9464.
         slow_lap_factor: trace an untraced step in full when it takes more than this many
-            times the recent median of its timer (default 3; see the README, "Finding a
-            straggler"); `None` or `"off"` turns it off; `"auto"` (the default) reads
+            times the recent median of its timer (default 3; see "Slow steps" on the
+            docs' Tracing page); `None` or `"off"` turns it off; `"auto"` (the default) reads
             `LOOPTRACE_SLOW_LAP_FACTOR`.
 
-    Each exporter argument falls back to its standard `OTEL_*` variable (see the README).
+    Each exporter argument falls back to its standard `OTEL_*` variable (see the docs'
+    Configuration page, docs/configuration.md).
     Environment variables turn exporters on only for the providers looptrace creates itself.
 
     Raises:

@@ -70,9 +70,9 @@ class Timer:
     def timer(self, name: object, *, device: bool | None = None) -> Timer:
         """Return the child timer `name`, a str (the same object on every call).
 
-        `device=True` makes it time on the GPU with CUDA events (see the README, "GPU
-        time"); the choice is made when the timer is first created. Names are typed `object`
-        so that anything else is a `TimerError` naming it, compiled core or not.
+        `device=True` makes it time on the GPU with CUDA events (see "GPU time" in the docs,
+        docs/gpu.md); the choice is made when the timer is first created. Names are typed
+        `object` so that anything else is a `TimerError` naming it, compiled core or not.
         """
         child = self._children.get(name) if isinstance(name, str) else None
         if child is None:

@@ -1,4 +1,7 @@
-"""The offline commands: `summary`, `perfetto`, `replay` and `plot` (parsers and runners)."""
+"""The offline commands: `summary`, `perfetto`, `replay`, `plot`, `report`, `compare`, `watch`.
+
+Their parsers and runners; the work is done by the modules of `_offline/`.
+"""
 
 from __future__ import annotations
 
@@ -101,7 +104,7 @@ def add_commands(commands: Subparsers) -> None:
         "compare",
         help="compare two runs' snapshot files per section, with bootstrap intervals",
         description="Compare the p50 and the step share of every section between two runs' "
-        "snapshot files, with 95%% bootstrap intervals over windows, largest impact first.",
+        "snapshot files, with 95% bootstrap intervals over windows, largest impact first.",
         epilog="example: looptrace compare 'base/snapshots*.jsonl' new/ --max-regression 5",
     )
     compare.add_argument(
