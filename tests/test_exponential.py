@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -320,3 +321,32 @@ def test_a_window_does_not_keep_durations_unless_asked() -> None:
     assert snapshot.distribution(PATH) == [(5.0, 1), (6.0, 1)]  # still unread: the source
     assert snapshot[PATH].count == 2
     assert snapshot.distribution(PATH) is None
+
+
+@pytest.fixture
+def one_rank(tmp_path: Path) -> Iterator[None]:
+    """Initialise a real 1-rank gloo process group in this process; destroy it after."""
+    dist = pytest.importorskip("torch.distributed")
+    dist.init_process_group(
+        "gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1
+    )
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.usefixtures("one_rank")
+def test_a_cross_rank_reset_keeps_every_duration_in_the_buckets() -> None:
+    """`reset(across_ranks=True)` reads the statistics first; the buckets still hold all."""
+    clock = FakeClock()
+    lt, reader = exponential_lt(clock, histogram="exponential")
+    train = lt.timer("train")
+    for seconds in log_uniform(1500, seed=9):
+        with train.section("step"):
+            clock.advance(seconds)
+    snapshot = lt.reset(across_ranks=True)
+    point = duration_points(collected(reader))[PATH]
+    lt.shutdown()
+    assert snapshot.across_ranks is not None
+    assert sum(point.positive.bucket_counts) == point.count == 1500
