@@ -19,7 +19,7 @@ from looptrace._export.exit import install_exit_flush
 from looptrace._export.files import PathLike
 from looptrace._export.outputs import Outputs
 from looptrace._export.run_settings import RunSettings, resolve_run
-from looptrace._export.settings import ExportOptions, SlowLapFactor
+from looptrace._export.settings import ExportOptions, SlowLapFactor, histogram_kind
 from looptrace._export.settings import slow_lap_factor as slow_lap_factor_of
 from looptrace._looptrace import Looptrace
 from looptrace._stats.aggregator import Aggregator
@@ -57,6 +57,7 @@ def configure(
     metrics_exporter: str | None = None,
     prometheus: str | int | bool | None = None,
     slow_lap_factor: SlowLapFactor = "auto",
+    histogram: str | None = None,
 ) -> Looptrace:
     """Set up looptrace and return the handle that makes timers and resets windows.
 
@@ -116,6 +117,9 @@ def configure(
             times the recent median of its timer (default 3; see "Slow steps" on the
             docs' Tracing page); `None` or `"off"` turns it off; `"auto"` (the default) reads
             `LOOPTRACE_SLOW_LAP_FACTOR`.
+        histogram: how OTLP metrics carry section durations: `"explicit"` buckets (five per
+            decade) or `"exponential"` base-2 buckets at scale 7, within 1 %, for backends
+            with native histograms; None (the default) reads `LOOPTRACE_HISTOGRAM`.
 
     Each exporter argument falls back to its standard `OTEL_*` variable (see the docs'
     Configuration page, docs/configuration.md).
@@ -134,6 +138,7 @@ def configure(
         snapshot_file=snapshot_file,
     )
     slow_factor = slow_lap_factor_of(slow_lap_factor)
+    kind = histogram_kind(histogram)
     _check_max_paths(max_paths)
     rank = RankInfo.from_env() if rank is None else rank
     incidents, outputs = Incidents(), Outputs()
@@ -154,13 +159,21 @@ def configure(
         traces_exporter=traces_exporter,
         metrics_exporter=metrics_exporter,
         prometheus=prometheus,
+        histogram=kind,
     )
     sources = TracingSources(tracer_provider, resource, rank, settings.run_id, incidents, outputs)
     sinks = open_sinks(settings, options, sources, owns_metrics=meter_provider is None)
     if readers:
         pipeline = sinks.pipeline
-        readers.attach(outputs, pipeline.histograms if pipeline else None, resource, rank)
+        readers.attach(
+            outputs, pipeline.histograms if pipeline else None, resource, rank, histogram=kind
+        )
     aggregator = Aggregator(max_paths=max_paths)
+    # The exponential buckets are built from each window's durations, read when the totals
+    # fold it (off the training thread); only then do windows keep them past their statistics.
+    aggregator.keep_distributions = kind == "exponential" and (
+        sinks.pipeline is not None or bool(readers)
+    )
     tracing = Tracing() if settings.disabled else wire_tracing(sources, aggregator, sinks.pipeline)
     engine = _engine(
         settings=settings,

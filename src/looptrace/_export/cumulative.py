@@ -20,6 +20,9 @@ from dataclasses import dataclass, field
 from opentelemetry.sdk.metrics import Exemplar
 from opentelemetry.sdk.metrics.export import (
     AggregationTemporality,
+    Buckets,
+    ExponentialHistogram,
+    ExponentialHistogramDataPoint,
     Gauge,
     Histogram,
     HistogramDataPoint,
@@ -35,6 +38,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from looptrace._export.coalesced import Coalesced
 from looptrace._export.exemplars import ExemplarProcessor, TraceExemplar
+from looptrace._export.exponential import SCALE, HistogramKind, add_counts, dense, window_counts
 from looptrace._export.metrics import (
     DROPPED_DESCRIPTION,
     DROPPED_METRIC,
@@ -69,6 +73,7 @@ class Series:
     max: float = -math.inf
     quantiles: tuple[float, ...] = ()  # p50, p90, p99 of the latest window with the path
     exemplars: dict[int, TraceExemplar] = field(default_factory=dict)  # by bucket index
+    exponential: dict[int, int] = field(default_factory=dict)  # count per exponential bucket
 
     def add(self, stats: SectionStats) -> None:
         """Add one window's statistics of the path."""
@@ -91,6 +96,7 @@ class Series:
             self.max,
             self.quantiles,
             dict(self.exemplars),
+            dict(self.exponential),
         )
 
 
@@ -102,8 +108,13 @@ class Totals:
     time_ns: int = 0
     series: dict[str, Series] = field(default_factory=dict)
 
-    def add(self, snapshot: Snapshot, exemplars: dict[str, dict[int, TraceExemplar]]) -> None:
-        """Add one window and the exemplars of the spans that ended in it."""
+    def add(
+        self,
+        snapshot: Snapshot,
+        exemplars: dict[str, dict[int, TraceExemplar]],
+        exponential: dict[str, dict[int, int]],
+    ) -> None:
+        """Add one window, the exemplars of the spans that ended in it, its exponential counts."""
         if self.start_ns is None:
             self.start_ns = snapshot.start_ns
         self.time_ns = max(self.time_ns, snapshot.end_ns)
@@ -112,6 +123,9 @@ class Totals:
             if series is None:
                 series = self.series[path] = Series()
             series.add(stats)
+            counts = exponential.get(path)
+            if counts:
+                add_counts(series.exponential, counts)
         for path, buckets in exemplars.items():
             series = self.series.get(path)
             if series is not None:
@@ -158,8 +172,10 @@ class CumulativeHistograms:
         attributes: dict[str, int],
         incidents: Incidents,
         exemplars: ExemplarProcessor | None = None,
+        histogram: HistogramKind = "explicit",
     ) -> None:
         self.resource = resource
+        self.histogram = histogram
         self.exemplars = exemplars
         self.attributes = attributes
         self.incidents = incidents
@@ -212,9 +228,11 @@ class CumulativeHistograms:
             exemplars = (
                 {} if self.exemplars is None else self.exemplars.take(snapshot.end_ns, paths)
             )
-            self._totals.add(snapshot, exemplars)
+            exponential = window_counts(snapshot) if self.histogram == "exponential" else {}
+            snapshot.release_distributions()
+            self._totals.add(snapshot, exemplars, exponential)
             for cursor in self._cursors:
-                cursor.pending.add(snapshot, exemplars)
+                cursor.pending.add(snapshot, exemplars, exponential)
 
     def delta_cursor(self) -> DeltaCursor:
         """Return a new cursor that collects every window added from now on."""
@@ -278,7 +296,9 @@ class CumulativeHistograms:
             name=DURATION_METRIC,
             description=DURATION_DESCRIPTION,
             unit=SECONDS,
-            data=Histogram(
+            data=self._exponential(series, start, now, temporality)
+            if self.histogram == "exponential"
+            else Histogram(
                 data_points=[
                     HistogramDataPoint(
                         attributes=self.labels(path),
@@ -332,6 +352,36 @@ class CumulativeHistograms:
             ),
         )
         return [duration, window, dropped_metric]
+
+    def _exponential(
+        self,
+        series: list[tuple[str, Series]],
+        start: int,
+        now: int,
+        temporality: AggregationTemporality,
+    ) -> ExponentialHistogram:
+        """Return the duration histogram as base-2 exponential buckets (see `exponential`)."""
+        points = []
+        for path, s in series:
+            offset, counts = dense(s.exponential)
+            points.append(
+                ExponentialHistogramDataPoint(
+                    attributes=self.labels(path),
+                    start_time_unix_nano=start,
+                    time_unix_nano=now,
+                    count=s.count,
+                    sum=s.sum,
+                    scale=SCALE,
+                    zero_count=0,  # every duration is 1 ns or more
+                    positive=Buckets(offset=offset, bucket_counts=counts),
+                    negative=Buckets(offset=0, bucket_counts=[]),
+                    flags=0,
+                    min=s.min,
+                    max=s.max,
+                    exemplars=[_otlp_exemplar(e) for _, e in sorted(s.exemplars.items())],
+                )
+            )
+        return ExponentialHistogram(data_points=points, aggregation_temporality=temporality)
 
 
 def _otlp_exemplar(exemplar: TraceExemplar) -> Exemplar:

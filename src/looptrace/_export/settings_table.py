@@ -198,6 +198,15 @@ SETTINGS: tuple[Setting, ...] = (
         choices=("gzip", "deflate", "none"),
     ),
     Setting(
+        "LOOPTRACE_HISTOGRAM",
+        "histogram",
+        "how OTLP metrics (the push, an application's MeterProvider) carry section durations: "
+        "`explicit` buckets (five per decade, as Prometheus scrapes them) or `exponential`, "
+        "base-2 buckets at scale 7 (within 1 %) for backends with native histograms",
+        "explicit",
+        choices=("explicit", "exponential"),
+    ),
+    Setting(
         "OTEL_EXPORTER_PROMETHEUS_HOST",
         "prometheus",
         "address the Prometheus endpoint binds",

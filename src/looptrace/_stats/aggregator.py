@@ -110,6 +110,17 @@ class _PathAggregate:
             buckets = self.buckets = [0] * (len(BOUNDARIES_NS) + 1)
         _fill_buckets(buckets, durations)
 
+    def distribution(self) -> list[tuple[float, int]]:
+        """Return the window's durations as `(value_ns, count)` pairs; one thread at a time.
+
+        Exact while every duration waits unfolded (as `stats()` reads them), else the
+        sketch's buckets by their values, within its 1 %: the same data as the quantiles.
+        """
+        if self.sketch is None:
+            return [(float(value), 1) for value in self.raw or ()]
+        self.fold()
+        return self.sketch.weighted()
+
     def stats(self) -> SectionStats:
         """Return the statistics; the caller keeps one thread at a time.
 
@@ -230,6 +241,9 @@ class Aggregator:
     """
 
     def __init__(self, *, max_paths: int = 1000) -> None:
+        # Whether windows keep each path's durations for a reader of `distribution()` (the
+        # exponential histograms) once its statistics are read; set when they are configured.
+        self.keep_distributions = False
         if max_paths < 1:
             raise ValueError(f"max_paths must be at least 1, got {max_paths}")
         self.max_paths = max_paths
@@ -322,6 +336,7 @@ class Aggregator:
             step=step,
             subtree=subtree or "root",
             more=_Grouping(logs) if logs else None,
+            keep_distributions=self.keep_distributions,
         )
 
     def _group_logs(self) -> None:

@@ -53,6 +53,10 @@ class StatsSource(Protocol):
         """Return the path's statistics."""
         ...
 
+    def distribution(self) -> list[tuple[float, int]]:
+        """Return the path's durations as `(value_ns, count)` pairs (see the aggregator)."""
+        ...
+
 
 class Snapshot(Mapping[str, SectionStats]):
     """Statistics per section path since the previous `reset()`; a read-only mapping.
@@ -74,6 +78,7 @@ class Snapshot(Mapping[str, SectionStats]):
     """
 
     __slots__ = (
+        "_kept",
         "_lock",
         "_more",
         "_sorted",
@@ -101,6 +106,7 @@ class Snapshot(Mapping[str, SectionStats]):
         steps: range | None = None,
         subtree: str = "root",
         more: Callable[[dict[str, SectionStats | StatsSource]], None] | None = None,
+        keep_distributions: bool = False,
     ) -> None:
         # `reset()` hands over what it measured as it is: `more` adds to `stats` in place (the
         # timers' logs, grouped by path) before anything is read, a path's statistics are
@@ -110,6 +116,10 @@ class Snapshot(Mapping[str, SectionStats]):
         self._more = more
         self._sorted = False
         self._lock = threading.Lock()  # a path's statistics are computed by one thread, once
+        # With `keep_distributions`, a path's source outlives its statistics until
+        # `release_distributions()`: the exponential histograms read its durations off the
+        # training thread, whoever read the statistics first.
+        self._kept: dict[str, StatsSource] | None = {} if keep_distributions else None
         self.subtree = subtree
         self.start_ns = start_ns
         self.end_ns = end_ns
@@ -137,8 +147,31 @@ class Snapshot(Mapping[str, SectionStats]):
         with self._lock:
             value = self._stats[path]
             if not isinstance(value, SectionStats):
+                if self._kept is not None:
+                    self._kept[path] = value
                 value = self._stats[path] = value.stats()
         return value
+
+    def distribution(self, path: str) -> list[tuple[float, int]] | None:
+        """Return the durations of `path` in nanoseconds as `(value, count)` pairs.
+
+        Exact up to 1,023 intervals of the path in the window, its sketch's buckets (within
+        1 %) beyond. None when they are not kept: statistics made elsewhere (a file, a
+        test), or read before and not kept (see `keep_distributions`).
+        """
+        self._ready()
+        with self._lock:
+            value = self._stats.get(path)
+            if isinstance(value, SectionStats):
+                value = None if self._kept is None else self._kept.get(path)
+            return None if value is None else value.distribution()
+
+    def release_distributions(self) -> None:
+        """Stop keeping the paths' durations once their statistics are read."""
+        with self._lock:
+            if self._kept is not None:
+                self._kept.clear()  # shared with copies (`with_spreads`)
+                self._kept = None
 
     def __contains__(self, path: object) -> bool:
         self._ready()
