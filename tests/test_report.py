@@ -61,8 +61,8 @@ def test_a_directory_of_demo_files_makes_one_self_contained_page(
     output = tmp_path / "report.html"
     out = _report(capsys, output, demo)
     assert out == (
-        f"wrote {output} ({output.stat().st_size / 1e6:.2f} MB): 3 windows, rank 0, closed at "
-        "steps 100-300; 2109 spans of 300 traced steps; 1 rank, 300 waterfalls\n"
+        f"wrote {output} ({output.stat().st_size / 1e6:.2f} MB): 3 windows, rank 0, steps 0-299; "
+        "2109 spans of 300 traced steps; 1 rank, 300 waterfalls\n"
     )
     page = output.read_text()
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//)""", page)
@@ -99,7 +99,7 @@ def test_snapshot_files_alone_give_window_means_and_no_waterfall(
     """Without span files the timeline shows each window's mean lap; no step to open."""
     output = tmp_path / "report.html"
     out = _report(capsys, output, demo / "snapshots.jsonl")
-    assert out.endswith("3 windows, rank 0, closed at steps 100-300; 1 rank, 0 waterfalls\n")
+    assert out.endswith("3 windows, rank 0, steps 0-299; 1 rank, 0 waterfalls\n")
     text = " ".join(_text(output.read_text()).split())
     assert "Mean lap of root.training per window and rank" in text
     assert "No span files given: no traced step to show." in text
