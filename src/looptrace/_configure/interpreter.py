@@ -1,7 +1,7 @@
-"""What `configure()` checks of the interpreter: the core it runs.
+"""What `configure()` checks of the interpreter: a build looptrace cannot run on, and the core.
 
-An installed copy that runs the pure-Python core says once per process why, and how to get
-the compiled one.
+A free-threaded Python without the GIL is refused (`_core/cpython.py`). An installed copy that
+runs the pure-Python core says once per process why, and how to get the compiled one.
 """
 
 from __future__ import annotations
@@ -9,13 +9,20 @@ from __future__ import annotations
 import logging
 
 from looptrace._core import build
+from looptrace._core.cpython import check_gil
 
 _log = logging.getLogger("looptrace")
 _noted = False
 
 
 def check_interpreter() -> None:
-    """Note a pure-Python core, once."""
+    """Refuse a free-threaded Python without the GIL; note a pure-Python core, once.
+
+    Raises:
+        ConfigError: the GIL is disabled.
+
+    """
+    check_gil()
     global _noted  # noqa: PLW0603 - once per process
     if not _noted:
         _noted = True

@@ -125,7 +125,7 @@ def configure(
         ConfigError: a setting, passed or from the environment, that cannot be used.
 
     """
-    check_interpreter()
+    check_interpreter()  # a free-threaded Python without the GIL: refused before anything else
     settings = resolve_run(
         service_name=service_name,
         trace_every=trace_every,
