@@ -10,7 +10,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import torch.distributed as dist
 
 from looptrace._distributed import across_ranks as _distributed
 from looptrace._distributed import collectives as _collectives
@@ -18,7 +17,10 @@ from looptrace._distributed import path_table as _path_table
 from looptrace._stats.snapshot import SectionStats, Snapshot
 from looptrace._stats.spread import SPREAD_STATS
 from looptrace.testing import Capture
-from tests import rank_worker
+
+# The test extra's torch; CI's other Python versions run without it (.ci/other-pythons).
+dist = pytest.importorskip("torch.distributed", reason="needs torch (the test extra)")
+from tests import rank_worker  # noqa: E402 - imports torch.distributed
 
 WORKER = Path(rank_worker.__file__)
 JOB_TIMEOUT_S = 120
