@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -69,6 +71,29 @@ def test_the_running_core_is_the_installed_one_unless_asked() -> None:
     """In this process the compiled core runs exactly when it is installed and not refused."""
     compiled = build.compiled_core_installed() and not build.pure_python_asked()
     assert build.core_kind() == ("compiled" if compiled else "pure Python")
+
+
+def test_the_runs_of_ci_are_a_source_tree_and_an_installed_copy() -> None:
+    """CI's pure run (an editable install) is no installed copy; its compiled run (a wheel) is."""
+    expected = os.environ.get("LOOPTRACE_EXPECT_CORE")  # .ci/run sets it for each of its runs
+    if expected is None:
+        pytest.skip("LOOPTRACE_EXPECT_CORE names the run")
+    assert build.installed_copy() is (expected == "compiled")
+
+
+def test_a_source_trees_egg_info_is_no_installed_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Metadata without a RECORD that lists the package (a build's `.egg-info`) is no install.
+
+    The metadata lies beside the running package (a link to it), as in a built source tree.
+    """
+    (tmp_path / "looptrace").symlink_to(Path(build.__file__).parents[1], target_is_directory=True)
+    egg_info = tmp_path / "looptrace.egg-info"
+    egg_info.mkdir()
+    (egg_info / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: looptrace\nVersion: 0.1.0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert not build.installed_copy()
 
 
 def test_no_note_for_the_compiled_core_or_a_source_tree() -> None:

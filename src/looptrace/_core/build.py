@@ -87,8 +87,9 @@ def compiled_core_installed() -> bool:
 def installed_copy() -> bool:
     """Return whether looptrace runs from an installed copy, not from its source tree.
 
-    An editable install (`pip install -e .`) or a source tree on `sys.path` runs the package's
-    own files; an installed copy runs the files its distribution's record lists.
+    An editable install (`pip install -e .`) or a source tree on `sys.path` (with or without
+    the `.egg-info` a build leaves in it) runs the package's own files; an installed copy runs
+    the files its distribution's RECORD lists.
     """
     from importlib import metadata  # noqa: PLC0415 - read only when asked (a slow import)
 
@@ -96,6 +97,9 @@ def installed_copy() -> bool:
         distribution = metadata.distribution("looptrace")
     except metadata.PackageNotFoundError:
         return False
+    record = distribution.read_text("RECORD") or ""  # none in a source tree's .egg-info
+    if not any(line.startswith("looptrace/__init__.py,") for line in record.splitlines()):
+        return False  # an editable install's RECORD lists its path hook, not the package
     listed = Path(str(distribution.locate_file("looptrace/__init__.py")))
     running = _HERE.parent / "__init__.py"
     return listed.is_file() and running.is_file() and listed.samefile(running)
