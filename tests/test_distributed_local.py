@@ -11,16 +11,18 @@ from pathlib import Path
 
 import pytest
 
+# The test extra's torch; CI's other Python versions run without it (.ci/other-pythons).
+pytest.importorskip("torch.distributed", reason="needs torch (the test extra)")
+
+import torch.distributed as dist
+
 from looptrace._distributed import across_ranks as _distributed
 from looptrace._distributed import collectives as _collectives
 from looptrace._distributed import path_table as _path_table
 from looptrace._stats.snapshot import SectionStats, Snapshot
 from looptrace._stats.spread import SPREAD_STATS
 from looptrace.testing import Capture
-
-# The test extra's torch; CI's other Python versions run without it (.ci/other-pythons).
-dist = pytest.importorskip("torch.distributed", reason="needs torch (the test extra)")
-from tests import rank_worker  # noqa: E402 - imports torch.distributed
+from tests import rank_worker
 
 WORKER = Path(rank_worker.__file__)
 JOB_TIMEOUT_S = 120
