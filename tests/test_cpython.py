@@ -82,7 +82,10 @@ def test_assumption_thread_state_id() -> None:
 
 
 def test_assumption_list_room() -> None:
-    """A list with room for one keeps that room, no more and no less, through append and pop."""
+    """A list with room for one keeps it through append and pop, where `LIST_ROOM_KEPT` says so.
+
+    Elsewhere (3.12 on) pop() of the last item frees the room and append() takes room for 4.
+    """
     items = slot_list()
     room = sys.getsizeof(items)
     sizes = []
@@ -91,8 +94,11 @@ def test_assumption_list_room() -> None:
         sizes.append(sys.getsizeof(items))
         items.pop()
         sizes.append(sys.getsizeof(items))
-    assert sizes == [room] * 6
-    assert room == sys.getsizeof([None])
+    if cpython.LIST_ROOM_KEPT:
+        assert (room, sizes) == (sys.getsizeof([None]), [room] * 6)
+    else:
+        empty, four = sys.getsizeof([]), sys.getsizeof([None] * 4)
+        assert (room, sizes) == (empty, [four, empty] * 3)
 
 
 def test_assumption_running_loop() -> None:
