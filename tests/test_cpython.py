@@ -15,8 +15,9 @@ import pytest
 
 from looptrace._core import cpython
 from looptrace._core.build import core_kind
-from looptrace._core.intervals import slot_list
+from looptrace._core.intervals import discard, find, slot_list
 from looptrace._core.threadkey import thread_key
+from looptrace.testing import Capture
 
 from .processes import bare_env
 
@@ -81,20 +82,27 @@ def test_assumption_thread_state_id() -> None:
         assert keys == ids
 
 
-def test_assumption_list_room() -> None:
-    """A list with room for one keeps it through append and pop, where `LIST_ROOM_KEPT` says so.
+def test_assumption_list_room(cap: Capture) -> None:
+    """A list with room for one keeps it through append and the core's pop where expected.
 
-    Elsewhere (3.12 on) pop() of the last item frees the room and append() takes room for 4.
+    `list_room_kept` says where: the compiled core (mypyc's pop), and CPython before 3.12.
+    Elsewhere pop() of the last item frees the room and append() takes room for 4.
     """
+    train = cap.lt.timer("train")
+    with train.section("step"):  # a running interval, to put in a list and take out
+        state = cap.lt._engine.states.thread_state()
+        found = find(state, train)
+        assert found is not None
+        interval = found.stack[0]
     items = slot_list()
     room = sys.getsizeof(items)
     sizes = []
     for _ in range(3):
-        items.append(object())  # type: ignore[arg-type]
+        items.append(interval)
         sizes.append(sys.getsizeof(items))
-        items.pop()
+        discard(items, interval)  # the core's removal: compiled, mypyc's pop()
         sizes.append(sys.getsizeof(items))
-    if cpython.LIST_ROOM_KEPT:
+    if cpython.list_room_kept(core_kind()):
         assert (room, sizes) == (sys.getsizeof([None]), [room] * 6)
     else:
         empty, four = sys.getsizeof([]), sys.getsizeof([None] * 4)

@@ -59,10 +59,11 @@ ASSUMPTIONS: Final = (
         "`slot_list` (`_core/intervals.py`): a section's stack goes from empty to one interval "
         "and back with no allocation",
         "A list keeps its allocated room while it shrinks to no less than half of it, so a "
-        "list with room for one item keeps it through `append()` and `pop()`. Holds on 3.10 "
-        "and 3.11 only: from 3.12 `pop()` of the last item frees the room (`LIST_ROOM_KEPT`), "
-        "so there a section entered on an empty stack allocates and its exit frees: a cost, "
-        "not a wrong number.",
+        "list with room for one item keeps it through `append()` and `pop()`. The compiled "
+        "core's `pop()` is mypyc's, which keeps it on every version; CPython's does on 3.10 "
+        "and 3.11 only: from 3.12 `pop()` of the last item frees the room "
+        "(`list_room_kept`), so there the pure-Python core allocates when a section is "
+        "entered on an empty stack and frees at its exit: a cost, not a wrong number.",
     ),
     Assumption(
         "running-loop",
@@ -73,8 +74,12 @@ ASSUMPTIONS: Final = (
 )
 
 
-# Whether `slot_list`'s room survives `pop()` of the last item on this version (see above).
-LIST_ROOM_KEPT: Final = sys.version_info < (3, 12)
+def list_room_kept(core: str) -> bool:
+    """Return whether `slot_list`'s room survives `pop()` of its last item in `core` here.
+
+    `core` is the running core's kind (`build.core_kind()`); see `ASSUMPTIONS`.
+    """
+    return core == "compiled" or sys.version_info < (3, 12)
 
 
 def gil_enabled() -> bool:
