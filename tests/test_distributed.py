@@ -14,6 +14,9 @@ from typing import Any
 import pytest
 
 from looptrace._stats.spread import SPREAD_STATS
+
+# The test extra's torch; CI's other Python versions run without it (.ci/other-pythons).
+pytest.importorskip("torch.distributed", reason="needs torch (the test extra)")
 from tests import rank_worker
 
 WORKER = Path(rank_worker.__file__)

@@ -10,6 +10,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+# The test extra's torch; CI's other Python versions run without it (.ci/other-pythons).
+pytest.importorskip("torch.distributed", reason="needs torch (the test extra)")
+
 import torch.distributed as dist
 
 from looptrace._distributed import across_ranks as _distributed

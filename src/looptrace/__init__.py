@@ -5,6 +5,10 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from looptrace._core.build import select_core
+
+select_core()  # LOOPTRACE_PURE_PYTHON=1: the pure-Python core, before any module of it loads
+
 if TYPE_CHECKING:  # the names below are imported on first use: the CLI's offline commands
     # (summary, plot, perfetto) then never load the OpenTelemetry SDK
     from looptrace._configure import configure

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from opentelemetry import metrics, trace
 
+from looptrace._configure.interpreter import check_interpreter
 from looptrace._configure.outputs import Sinks, open_sinks
 from looptrace._configure.providers import global_sdk_meter_provider, looptrace_resource
 from looptrace._configure.tracing import Tracing, TracingSources, wire_tracing
@@ -129,6 +130,7 @@ def configure(
         ConfigError: a setting, passed or from the environment, that cannot be used.
 
     """
+    check_interpreter()  # a free-threaded Python without the GIL: refused before anything else
     settings = resolve_run(
         service_name=service_name,
         trace_every=trace_every,
