@@ -167,7 +167,9 @@ def bounded(work: Callable[[], object], timeout_s: float, incidents: Incidents, 
     """Run `work` on a daemon thread and wait at most `timeout_s`; return whether it finished.
 
     A stalled collector can block an exporter call for its whole timeout per batch; the
-    caller (the training thread, `atexit`, a signal handler) waits for one bound only.
+    caller (the training thread, `atexit`, a signal handler) waits for one bound only. Where
+    no thread can be started (at interpreter shutdown, Python 3.12 and newer refuse to), the
+    work runs on the caller's thread, bounded by the exporters' own timeouts only.
     """
     done = threading.Event()
 
@@ -179,7 +181,10 @@ def bounded(work: Callable[[], object], timeout_s: float, incidents: Incidents, 
         finally:
             done.set()
 
-    threading.Thread(target=run, name="looptrace-flush", daemon=True).start()
+    try:
+        threading.Thread(target=run, name="looptrace-flush", daemon=True).start()
+    except RuntimeError:  # "can't create new thread at interpreter shutdown"
+        run()
     return done.wait(timeout_s)
 
 
