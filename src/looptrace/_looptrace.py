@@ -6,7 +6,7 @@ import atexit
 import os
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from looptrace._core.engine import Engine
 from looptrace._core.timer import Timer
@@ -16,7 +16,9 @@ from looptrace._export.outputs import Outputs
 from looptrace._export.processor import AggregatingSpanProcessor
 from looptrace._stats.aggregator import Aggregator
 from looptrace._stats.health import Health, Incidents
+from looptrace._stats.roles import Roles
 from looptrace._stats.snapshot import Snapshot
+from looptrace._stats.thresholds import DEFAULTS
 
 
 class Looptrace:
@@ -45,6 +47,8 @@ class Looptrace:
         self._subtree_starts: dict[str, int] = {}  # timer path -> its last own reset
         self._shutdown_lock = threading.Lock()
         self.root = Timer(engine, "root", None)
+        self.roles = Roles()  # configure(roles=..., wait_sections=...)
+        self.limits: Mapping[str, float] = DEFAULTS  # configure(diagnosis_thresholds=...)
         engine.reset_timer = self._reset_timer
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=_after_fork_hook(self))
@@ -105,6 +109,7 @@ class Looptrace:
                 closed = Snapshot(
                     {}, start_ns=0, end_ns=0, rank=self.rank.rank, subtree=subtree or "root"
                 )
+                closed.roles, closed.limits = self.roles, self.limits
                 return reduce_or_keep(closed, self._incidents, reduce=across_ranks)
             engine.windows.close(now, final=final, subtree=subtree)
             if final:
@@ -118,6 +123,7 @@ class Looptrace:
                 step=engine.windows.steps_done(subtree),
                 subtree=subtree,
             )
+        snapshot.roles, snapshot.limits = self.roles, self.limits
         snapshot = reduce_or_keep(snapshot, self._incidents, reduce=across_ranks)  # counts it
         for sink in self._outputs.on_reset:
             try:
