@@ -229,6 +229,7 @@ def test_cross_rank_snapshot_lines_give_the_straggler_column(
         "max": None,
         "mean": None,
         "slowest_rank": None,
+        "fastest_rank": None,
     }
     out = _summary(capsys, path).splitlines()
     assert out[2:4] == [

@@ -171,8 +171,14 @@ class StragglerCount:
 
     def count_with(self, subtree: str, straggler: bool, windows: int) -> int:
         """Count this window (`straggler` or not) and return the count over the last `windows`."""
+        count = self.preview(subtree, straggler, windows)
         seen = self._seen.get(subtree)
         if seen is None or seen.maxlen != windows:
             seen = self._seen[subtree] = collections.deque(seen or (), maxlen=windows)
         seen.append(straggler)
-        return sum(seen)
+        return count
+
+    def preview(self, subtree: str, straggler: bool, windows: int) -> int:
+        """Return what `count_with` would, counting nothing (a reduce may still fail)."""
+        seen = list(self._seen.get(subtree, ()))[-(windows - 1) :] if windows > 1 else []
+        return sum(seen) + straggler
