@@ -201,6 +201,7 @@ class Window:
     stats: dict[str, SectionStats]
     spread: dict[str, dict[str, Any]] | None = None  # `across_ranks` of the snapshot line
     subtree: str = "root"  # the timer whose window it is (`timer.reset()`)
+    findings: tuple[dict[str, Any], ...] | None = None  # the diagnosis; None: not recorded
 
 
 def load_windows(kind: str, files: Sequence[JsonLinesFile], warn: Warn) -> list[Window]:
@@ -262,7 +263,22 @@ def _snapshot(record: dict[str, Any]) -> Window:
         stats=stats,
         spread=_spread(record.get("across_ranks")),
         subtree=_subtree(record.get("subtree", "root")),
+        findings=_findings(record.get("findings")),
     )
+
+
+def _findings(value: object) -> tuple[dict[str, Any], ...] | None:
+    """Return the `findings` of a snapshot line, each with its text fields checked."""
+    if value is None:  # written before looptrace diagnosed windows
+        return None
+    if not isinstance(value, list):
+        raise TypeError("findings is not a list")
+    for finding in value:
+        if not isinstance(finding, dict) or not all(
+            isinstance(finding.get(key), str) for key in ("kind", "severity", "message")
+        ):
+            raise TypeError("a finding is not an object with kind, severity and message")
+    return tuple(value)
 
 
 def _subtree(value: object) -> str:
