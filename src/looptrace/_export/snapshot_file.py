@@ -29,8 +29,8 @@ class SnapshotFileWriter:
     fields; undefined values as null), for `reset(across_ranks=True)` windows
     `across_ranks` (path -> the `SectionSpread` as a dict), and for a `timer.reset()` window
     `subtree` (that timer's path; its `step` counts that subtree's laps); `findings` holds
-    the window's `Snapshot.diagnosis()` less its abstentions (`[]` when healthy). A window in
-    which nothing was measured writes no line.
+    the window's `Snapshot.diagnosis()` less its abstentions, when it found anything. A
+    window in which nothing was measured writes no line.
 
     `reset()` only queues its window; a thread of its own encodes and writes the lines, in
     order. Windows dropped because it fell `MAX_QUEUED_WINDOWS` behind, or that could not be
@@ -121,7 +121,9 @@ class SnapshotFileWriter:
             record["across_ranks"] = {
                 path: _json_safe(spread.to_dict()) for path, spread in snapshot.across_ranks.items()
             }
-        record["findings"] = _findings(snapshot)  # what the diagnosis found, less abstentions
+        findings = _findings(snapshot)
+        if findings:  # what the diagnosis found, less abstentions
+            record["findings"] = findings
         line = json.dumps(record, separators=(",", ":")).encode() + b"\n"
         try:
             self._file.write(loss_line("windows", self._unrecorded) + line)

@@ -18,20 +18,20 @@ LIMIT = 5
 
 
 def findings_text(windows: Sequence[Window], limit: int = LIMIT) -> str | None:
-    """Return at most `limit` finding lines, most severe first; None when none were recorded."""
-    recorded = [w for w in windows if w.findings is not None]
-    if not recorded:
-        return None
+    """Return at most `limit` lines of warnings and worse, most severe first; None if none."""
+    recorded = windows
     worst: dict[tuple[Any, ...], tuple[dict[str, Any], int]] = {}
     for window in recorded:
-        for finding in window.findings or ():
+        for finding in window.findings:
+            if finding["severity"] not in ("critical", "warning"):
+                continue  # the summary is for what needs a change
             key = (finding["kind"], finding.get("path"), finding.get("rank"))
             seen, count = worst.get(key, (finding, 0))
             if _rank(finding) <= _rank(seen):
                 seen = finding
             worst[key] = (seen, count + 1)
-    if not worst:
-        return f"findings: none in {_windows(len(recorded))}"
+    if not worst:  # a healthy run, or files written before windows were diagnosed
+        return None
     ordered = sorted(worst.values(), key=lambda item: (_rank(item[0]), -item[1]))
     lines = [f"findings ({min(limit, len(ordered))} of {len(ordered)}, most severe first):"]
     for finding, count in ordered[:limit]:

@@ -201,7 +201,7 @@ class Window:
     stats: dict[str, SectionStats]
     spread: dict[str, dict[str, Any]] | None = None  # `across_ranks` of the snapshot line
     subtree: str = "root"  # the timer whose window it is (`timer.reset()`)
-    findings: tuple[dict[str, Any], ...] | None = None  # the diagnosis; None: not recorded
+    findings: tuple[dict[str, Any], ...] = ()  # what the window's diagnosis found
 
 
 def load_windows(kind: str, files: Sequence[JsonLinesFile], warn: Warn) -> list[Window]:
@@ -267,10 +267,10 @@ def _snapshot(record: dict[str, Any]) -> Window:
     )
 
 
-def _findings(value: object) -> tuple[dict[str, Any], ...] | None:
+def _findings(value: object) -> tuple[dict[str, Any], ...]:
     """Return the `findings` of a snapshot line, each with its text fields checked."""
-    if value is None:  # written before looptrace diagnosed windows
-        return None
+    if value is None:  # nothing found, or written before looptrace diagnosed windows
+        return ()
     if not isinstance(value, list):
         raise TypeError("findings is not a list")
     for finding in value:
