@@ -203,6 +203,23 @@ def test_a_straggler_is_named_with_its_cause(cap: Capture) -> None:
     assert found_spread.path is None
 
 
+def test_a_cross_rank_window_without_a_straggler_says_why(cap: Capture) -> None:
+    """A reduced window where fewer than two ranks lapped abstains with that reason."""
+    snap = train(cap, 2, {"data": 0.005, "forward": 0.095}).with_spreads({})
+    [found] = [f for f in snap.diagnosis() if f.kind == "straggler"]
+    assert found == Finding(
+        "straggler", "info", None, None,
+        "fewer than two ranks ran laps: no straggler to name", "", ABSTAINED,
+    )  # fmt: skip
+
+
+def test_an_empty_window_finds_nothing_alarming() -> None:
+    """A window with no path abstains everywhere and warns of nothing."""
+    findings = Snapshot({}, start_ns=0, end_ns=0, rank=0).diagnosis()
+    assert {f.severity for f in findings} == {"info"}
+    assert all(f.evidence == ABSTAINED for f in findings)
+
+
 def test_a_small_straggler_excess_is_silent(cap: Capture) -> None:
     """5 % over the typical rank stays below the warning level: no straggler finding."""
     snap = train(cap, 2, {"data": 0.005, "forward": 0.095})

@@ -199,8 +199,10 @@ def _straggler(
     snapshot: Snapshot, laps: list[str], roles: Roles, limits: Mapping[str, float]
 ) -> list[Finding]:
     straggler = snapshot.straggler
-    if snapshot.across_ranks is None or straggler is None:
+    if snapshot.across_ranks is None:
         return [_abstain("straggler", "no cross-rank window: stragglers not looked for")]
+    if straggler is None:
+        return [_abstain("straggler", "fewer than two ranks ran laps: no straggler to name")]
     out = []
     level = _level(straggler.share, limits, "straggler")
     evidence: dict[str, object] = {"share": straggler.share, **straggler.to_dict()}
