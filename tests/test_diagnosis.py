@@ -121,8 +121,9 @@ def test_time_outside_the_laps_is_named_with_the_other_timers(cap: Capture) -> N
         "critical",
         "root.train",
         0,
-        "33% of the window's 0.600 s is outside root.train's laps (root.eval 0.200 s)",
-        "evaluate or checkpoint less often, or time the rest to see where it goes",
+        "33% of the window's 0.600 s goes to other work than root.train's steps "
+        "(root.eval 0.200 s)",
+        "evaluate or checkpoint less often, or make that work cheaper",
         {
             "share": pytest.approx(1 / 3),
             "wall_s": pytest.approx(0.6),
@@ -130,6 +131,22 @@ def test_time_outside_the_laps_is_named_with_the_other_timers(cap: Capture) -> N
             "others": {"root.eval": pytest.approx(0.2)},
         },
     )
+
+
+def test_a_checkpoint_section_inside_the_steps_counts_as_other_work() -> None:
+    """A section given the checkpoint role inside the loop counts; time in no timer does not."""
+    cap = capture(roles={"checkpoint": "save"})
+    try:
+        cap.clock.advance(0.5)  # before any timer ran: counts in the wall time only
+        snap = train(cap, 4, {"forward": 0.050, "save": 0.050})
+        [found] = [f for f in snap.diagnosis() if f.kind == "outside_laps"]
+        assert (found.severity, found.evidence["others"]) == (
+            "warning",
+            {"root.train.save": pytest.approx(0.2)},
+        )
+        assert found.evidence["wall_s"] == pytest.approx(0.9)
+    finally:
+        cap.lt.shutdown()
 
 
 def test_self_time_of_the_step_is_named(cap: Capture) -> None:

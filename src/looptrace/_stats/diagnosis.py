@@ -133,33 +133,36 @@ def _input_bound(
 def _outside_laps(
     snapshot: Snapshot, laps: list[str], roles: Roles, limits: Mapping[str, float]
 ) -> list[Finding]:
+    """Time in other timers, and in evaluation or checkpoint sections, of the window's wall time.
+
+    The main loop is the lap path with the most time. Time in no timer at all is not
+    counted: a window of `timer.reset()` spans time its timer never ran, which says nothing.
+    """
     wall_s = (snapshot.end_ns - snapshot.start_ns) / 1e9
     if not laps or wall_s <= 0:
         return [_abstain("outside_laps", "no lap in the window: time outside laps not measured")]
     main = max(laps, key=lambda p: snapshot[p].total)
-    outside_s = max(wall_s - snapshot[main].total, 0.0)
+    others = {p: snapshot[p].total for p in laps if p != main}
+    inside = [p for p in snapshot if p.startswith(f"{main}.")]
+    others.update(
+        {p: snapshot[p].total for p in inside if roles.of(p) in ("evaluation", "checkpoint")}
+    )
+    outside_s = sum(others.values())
     share = outside_s / wall_s
     level = _level(share, limits, "outside_laps")
     if level is None:
         return []
-    others = {p: snapshot[p].total for p in laps if p != main}
-    others.update(
-        {
-            p: snapshot[p].total
-            for p in snapshot
-            if roles.of(p) in ("evaluation", "checkpoint") and not p.startswith(f"{main}.")
-        }
-    )
     largest = sorted(others, key=lambda p: -others[p])[:3]
-    named = ", ".join(f"{p} {others[p]:.3f} s" for p in largest) or "in no timer"
+    named = ", ".join(f"{p} {others[p]:.3f} s" for p in largest)
     return [
         Finding(
             "outside_laps",
             level,
             main,
             snapshot.rank,
-            f"{share:.0%} of the window's {wall_s:.3f} s is outside {main}'s laps ({named})",
-            "evaluate or checkpoint less often, or time the rest to see where it goes",
+            f"{share:.0%} of the window's {wall_s:.3f} s goes to other work than {main}'s "
+            f"steps ({named})",
+            "evaluate or checkpoint less often, or make that work cheaper",
             {
                 "share": share,
                 "wall_s": wall_s,
