@@ -17,15 +17,17 @@ class Threshold:
     meaning: str
 
 
+_OTHER = "share of the window's wall time in other timers, evaluation and checkpoints"
+_EXCESS = "the straggler's excess, of the typical rank's lap time outside wait sections"
 TABLE = (
     Threshold("input_bound_warning", 0.10, "share of the typical rank's lap spent in `data`"),
     Threshold("input_bound_critical", 0.20, "share of the typical rank's lap spent in `data`"),
-    Threshold("outside_laps_warning", 0.10, "share of the window's wall time outside the laps"),
-    Threshold("outside_laps_critical", 0.30, "share of the window's wall time outside the laps"),
+    Threshold("outside_laps_warning", 0.10, _OTHER),
+    Threshold("outside_laps_critical", 0.30, _OTHER),
     Threshold("self_time_warning", 0.10, "share of the lap in no section (its self time)"),
     Threshold("self_time_critical", 0.25, "share of the lap in no section (its self time)"),
-    Threshold("straggler_warning", 0.10, "straggler's excess over the typical rank, of its lap"),
-    Threshold("straggler_critical", 0.25, "straggler's excess over the typical rank, of its lap"),
+    Threshold("straggler_warning", 0.10, _EXCESS),
+    Threshold("straggler_critical", 0.25, _EXCESS),
     Threshold("straggler_cause", 0.80, "share of the excess one section must explain"),
     Threshold("chronic_count", 6, "windows named straggler, of the last `chronic_windows`"),
     Threshold("chronic_windows", 10, "windows a rank's straggler count looks back over"),
