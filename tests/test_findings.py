@@ -75,6 +75,29 @@ def test_files_without_findings_print_no_findings_part(
     assert _summary(capsys, path).startswith("snapshot files: 3 windows")
 
 
+def test_a_cross_rank_window_records_its_straggler(tmp_path: Path) -> None:
+    """The line of a window with a straggler holds it, and its straggler finding."""
+    from looptrace import RankInfo, Snapshot
+    from looptrace._export.files import SnapshotFileWriter
+    from looptrace._stats.straggler import Straggler
+
+    path = tmp_path / "snapshots.jsonl"
+    writer = SnapshotFileWriter(path, RankInfo(rank=0, world_size=2))
+    cap = capture()
+    timer = cap.lt.timer("train")
+    timer.record("forward")
+    cap.clock.advance(0.1)
+    timer.stop()
+    snapshot: Snapshot = cap.lt.reset()
+    cap.lt.shutdown()
+    straggler = Straggler(1, "wait", 0.05, 0.1, "root.train.forward")
+    writer(snapshot.with_spreads({}, straggler))
+    writer.close()
+    line = json.loads(path.read_text())
+    assert line["straggler"] == straggler.to_dict()
+    assert [(f["kind"], f["rank"]) for f in line["findings"]] == [("straggler", 1)]
+
+
 def test_at_most_five_most_severe_first() -> None:
     """Info findings left out; of the rest the five most severe, then the most frequent."""
 

@@ -28,7 +28,8 @@ class SnapshotFileWriter:
     `start_ns`, `end_ns`, `rank`, `world_size`, `host` and `stats` (path -> the `SectionStats`
     fields; undefined values as null), for `reset(across_ranks=True)` windows
     `across_ranks` (path -> the `SectionSpread` as a dict), and for a `timer.reset()` window
-    `subtree` (that timer's path; its `step` counts that subtree's laps); `findings` holds
+    `subtree` (that timer's path; its `step` counts that subtree's laps), `straggler` (the
+    cross-rank window's `Straggler` as a dict) when there is one; `findings` holds
     the window's `Snapshot.diagnosis()` less its abstentions, when it found anything. A
     window in which nothing was measured writes no line.
 
@@ -121,6 +122,8 @@ class SnapshotFileWriter:
             record["across_ranks"] = {
                 path: _json_safe(spread.to_dict()) for path, spread in snapshot.across_ranks.items()
             }
+        if snapshot.straggler is not None:  # the rank the others waited for
+            record["straggler"] = _json_safe(snapshot.straggler.to_dict())
         findings = _findings(snapshot)
         if findings:  # what the diagnosis found, less abstentions
             record["findings"] = findings
