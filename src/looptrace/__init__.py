@@ -20,16 +20,19 @@ if TYPE_CHECKING:  # the names below are imported on first use: the CLI's offlin
     from looptrace._export.id_generator import StepIdGenerator
     from looptrace._export.processor import AggregatingSpanProcessor
     from looptrace._looptrace import Looptrace
+    from looptrace._stats.diagnosis import Finding
     from looptrace._stats.errors import ConfigError, TimerError
     from looptrace._stats.health import Health
     from looptrace._stats.snapshot import SectionStats, Snapshot
     from looptrace._stats.spread import RankSpread, SectionSpread
+    from looptrace._stats.straggler import Straggler
 
 __all__ = [
     "AggregatingSpanProcessor",
     "Clock",
     "ConfigError",
     "DeviceClock",
+    "Finding",
     "Health",
     "Looptrace",
     "MonotonicClock",
@@ -40,6 +43,7 @@ __all__ = [
     "SectionStats",
     "Snapshot",
     "StepIdGenerator",
+    "Straggler",
     "Timer",
     "TimerError",
     "__version__",
@@ -52,6 +56,7 @@ _LAZY = {
     "Clock": "looptrace._core.clock",
     "ConfigError": "looptrace._stats.errors",
     "DeviceClock": "looptrace._core.device",
+    "Finding": "looptrace._stats.diagnosis",
     "Health": "looptrace._stats.health",
     "Looptrace": "looptrace._looptrace",
     "MonotonicClock": "looptrace._core.clock",
@@ -62,6 +67,7 @@ _LAZY = {
     "SectionStats": "looptrace._stats.snapshot",
     "Snapshot": "looptrace._stats.snapshot",
     "StepIdGenerator": "looptrace._export.id_generator",
+    "Straggler": "looptrace._stats.straggler",
     "Timer": "looptrace._core.timer",
     "TimerError": "looptrace._stats.errors",
     "configure": "looptrace._configure",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from looptrace._core.engine import Engine
 from looptrace._core.timer import Timer
@@ -16,7 +16,9 @@ from looptrace._export.outputs import Outputs
 from looptrace._export.processor import AggregatingSpanProcessor
 from looptrace._stats.aggregator import Aggregator
 from looptrace._stats.health import Health, Incidents
+from looptrace._stats.roles import Roles
 from looptrace._stats.snapshot import Snapshot
+from looptrace._stats.thresholds import DEFAULTS
 
 
 class Looptrace:
@@ -47,6 +49,8 @@ class Looptrace:
         self._first_steps: dict[str | None, int] = {}
         self._shutdown_lock = threading.Lock()
         self.root = Timer(engine, "root", None)
+        self.roles = Roles()  # configure(roles=..., wait_sections=...)
+        self.limits: Mapping[str, float] = DEFAULTS  # configure(diagnosis_thresholds=...)
         engine.reset_timer = self._reset_timer
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=_after_fork_hook(self))
@@ -153,6 +157,7 @@ class Looptrace:
                 closed = Snapshot(
                     {}, start_ns=0, end_ns=0, rank=self.rank.rank, subtree=subtree or "root"
                 )
+                closed.roles, closed.limits = self.roles, self.limits
                 return reduce_or_keep(closed, self._incidents, reduce=across_ranks)
             engine.windows.close(now, final=final, subtree=subtree)  # final: closes the engine
             if self._processor is not None:
@@ -165,6 +170,7 @@ class Looptrace:
                 subtree=subtree,
             )
             snapshot.steps = self._window_steps(subtree, snapshot.step)
+        snapshot.roles, snapshot.limits = self.roles, self.limits
         snapshot = reduce_or_keep(snapshot, self._incidents, reduce=across_ranks)  # counts it
         for sink in self._outputs.on_reset:
             try:

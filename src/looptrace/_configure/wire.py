@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from opentelemetry import metrics, trace
@@ -26,6 +26,8 @@ from looptrace._looptrace import Looptrace
 from looptrace._stats.aggregator import Aggregator
 from looptrace._stats.errors import ConfigError
 from looptrace._stats.health import Incidents
+from looptrace._stats.roles import roles_of
+from looptrace._stats.thresholds import thresholds
 
 MAX_PATHS_HIGH = 10**6
 
@@ -59,6 +61,9 @@ def configure(
     prometheus: str | int | bool | None = None,
     slow_lap_factor: SlowLapFactor = "auto",
     histogram: str | None = None,
+    roles: Mapping[str, Iterable[str] | str] | None = None,
+    wait_sections: Iterable[str] = (),
+    diagnosis_thresholds: Mapping[str, float] | None = None,
 ) -> Looptrace:
     """Set up looptrace and return the handle that makes timers and resets windows.
 
@@ -121,6 +126,14 @@ def configure(
         histogram: how OTLP metrics carry section durations: `"explicit"` buckets (five per
             decade) or `"exponential"` base-2 buckets at scale 7, within 1 %, for backends
             with native histograms; None (the default) reads `LOOPTRACE_HISTOGRAM`.
+        roles: section names per role (`"data"`, `"wait"`, `"evaluation"`,
+            `"checkpoint"`), for the diagnosis; `iterate()`'s fetch is `"data"` already. A
+            name given no role has none: it is never guessed.
+        wait_sections: names of sections where ranks wait for each other (DDP's all-reduce
+            inside `"backward"`): the cross-rank straggler is the rank with the least time
+            in them, the rank the others wait for.
+        diagnosis_thresholds: thresholds of `Snapshot.diagnosis()` by name, replacing the
+            defaults of its table (see the README).
 
     Each exporter argument falls back to its standard `OTEL_*` variable (see the docs'
     Configuration page, docs/configuration.md).
@@ -131,6 +144,10 @@ def configure(
 
     """
     check_interpreter()  # a free-threaded Python without the GIL: refused before anything else
+    try:
+        answers = roles_of(roles, wait_sections), thresholds(diagnosis_thresholds)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
     settings = resolve_run(
         service_name=service_name,
         trace_every=trace_every,
@@ -187,7 +204,7 @@ def configure(
         slow_lap_factor=slow_factor,
     )
     sinks.files.attach(tracing.provider, outputs)
-    return _handle(
+    lt = _handle(
         engine=engine,
         aggregator=aggregator,
         tracing=tracing,
@@ -196,6 +213,8 @@ def configure(
         incidents=incidents,
         outputs=outputs,
     )
+    lt.roles, lt.limits = answers
+    return lt
 
 
 def _check_max_paths(max_paths: int) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 from looptrace._export.settings_table import env_value, option_help, setting, signal_variable
 from looptrace._offline.output import check_output, is_looptrace_png, is_looptrace_trace
 from looptrace._offline.reader import (
+    SNAPSHOTS,
     SPANS,
     InputError,
     JsonLinesFile,
@@ -263,9 +264,13 @@ def _with_losses(summary: Any, files: list[JsonLinesFile]) -> Any:
 
 def run_summary(args: argparse.Namespace) -> int:
     """Print the tree table of the input files."""
+    from looptrace._offline.findings import findings_text  # noqa: PLC0415
     from looptrace._offline.summary import render_summary  # noqa: PLC0415
 
-    summary, _, kind = _summary_of(args, warner("summary"))
+    summary, records, kind = _summary_of(args, warner("summary"))
+    findings = findings_text(records) if kind == SNAPSHOTS else None
+    if findings is not None:
+        print(findings, end="\n\n")
     print(f"{kind} files: {render_summary(summary)}")
     return 0
 

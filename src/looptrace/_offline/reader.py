@@ -197,6 +197,7 @@ class Window:
     spread: dict[str, dict[str, Any]] | None = None  # `across_ranks` of the snapshot line
     subtree: str = "root"  # the timer whose window it is (`timer.reset()`)
     steps: tuple[int, int] | None = None  # the first and last step it holds time of
+    findings: tuple[dict[str, Any], ...] = ()  # what the window's diagnosis found
 
 
 def load_windows(kind: str, files: Sequence[JsonLinesFile], warn: Warn) -> list[Window]:
@@ -264,6 +265,7 @@ def _snapshot(record: dict[str, Any]) -> Window:
         spread=_spread(record.get("across_ranks")),
         subtree=_subtree(record.get("subtree", "root")),
         steps=_steps(record.get("steps")),
+        findings=_findings(record.get("findings")),
     )
 
 
@@ -277,6 +279,20 @@ def _steps(value: object) -> tuple[int, int] | None:
     if first > last:
         raise ValueError("steps has its first step after its last")
     return first, last
+
+
+def _findings(value: object) -> tuple[dict[str, Any], ...]:
+    """Return the `findings` of a snapshot line, each with its text fields checked."""
+    if value is None:  # nothing found, or written before looptrace diagnosed windows
+        return ()
+    if not isinstance(value, list):
+        raise TypeError("findings is not a list")
+    for finding in value:
+        if not isinstance(finding, dict) or not all(
+            isinstance(finding.get(key), str) for key in ("kind", "severity", "message")
+        ):
+            raise TypeError("a finding is not an object with kind, severity and message")
+    return tuple(value)
 
 
 def _subtree(value: object) -> str:

@@ -8,10 +8,16 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from types import MappingProxyType
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from looptrace._stats.buckets import BOUNDARIES_S
+from looptrace._stats.roles import Roles
 from looptrace._stats.spread import SectionSpread
+from looptrace._stats.straggler import Straggler
+from looptrace._stats.thresholds import DEFAULTS, thresholds
+
+if TYPE_CHECKING:
+    from looptrace._stats.diagnosis import Finding
 
 # The statistics `as_metrics()` flattens, in this order.
 METRIC_STATS = ("count", "total", "mean", "min", "max", "std", "p50", "p90", "p99", "self_time")
@@ -75,6 +81,10 @@ class Snapshot(Mapping[str, SectionStats]):
     that step: the part before the cut is in the closing window, whose range ends with it, and
     the rest in the next window, whose range starts with it; its lap is counted once, in the
     window where it ends. Empty when no lap ran in the window; None when no timer was lapped.
+
+    `roles` says which sections play which role (`configure(roles=..., wait_sections=...)`),
+    `limits` holds the diagnosis's thresholds, and `straggler` the rank the others waited for
+    in a cross-rank window (None otherwise).
     """
 
     __slots__ = (
@@ -85,10 +95,13 @@ class Snapshot(Mapping[str, SectionStats]):
         "_stats",
         "across_ranks",
         "end_ns",
+        "limits",
         "rank",
+        "roles",
         "start_ns",
         "step",
         "steps",
+        "straggler",
         "subtree",
     )
 
@@ -129,6 +142,9 @@ class Snapshot(Mapping[str, SectionStats]):
         self.across_ranks: Mapping[str, SectionSpread] | None = (
             None if across_ranks is None else MappingProxyType(dict(sorted(across_ranks.items())))
         )
+        self.roles = Roles()
+        self.limits: Mapping[str, float] = DEFAULTS
+        self.straggler: Straggler | None = None
 
     def _ready(self) -> None:
         """Add what `reset()` handed over ungrouped, once, before anything is read."""
@@ -245,12 +261,33 @@ class Snapshot(Mapping[str, SectionStats]):
                         flat[sep.join((name, *parts))] = value
         return flat
 
-    def with_spreads(self, across_ranks: Mapping[str, SectionSpread]) -> Snapshot:
+    def with_spreads(
+        self, across_ranks: Mapping[str, SectionSpread], straggler: Straggler | None = None
+    ) -> Snapshot:
         """Return a copy of this snapshot that carries cross-rank data."""
         self._ready()  # the copy shares the statistics
         reduced = copy.copy(self)
         reduced.across_ranks = MappingProxyType(dict(sorted(across_ranks.items())))
+        reduced.straggler = straggler
         return reduced
+
+    def diagnosis(self, **overrides: float) -> list[Finding]:
+        """Return what is slow and why, most severe first (see `looptrace._stats.diagnosis`).
+
+        Each finding has a `kind`, a `severity` (`"critical"`, `"warning"`, `"info"`), the
+        `path` and `rank` concerned (or None), a one-line `message` with the numbers, an
+        `action` to try and its `evidence`. A check whose input the window lacks abstains
+        with an `info` finding saying what is missing; a healthy window has no warning.
+        `overrides` replace thresholds by name (`input_bound_warning=0.05`).
+
+        Raises:
+            ValueError: an unknown threshold, or a value it cannot take.
+
+        """
+        from looptrace._stats.diagnosis import diagnose  # noqa: PLC0415 - read on demand
+
+        limits = thresholds({**self.limits, **overrides}) if overrides else self.limits
+        return diagnose(self, self.roles, limits)
 
 
 def _chosen(stats: Iterable[str]) -> tuple[str, ...]:
