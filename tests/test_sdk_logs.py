@@ -79,18 +79,17 @@ def test_an_application_exporter_beside_looptrace_logs_unchanged(
     app_exporter = OTLPSpanExporter(endpoint=f"{dead}/v1/traces", timeout=1)
     app_provider.add_span_processor(SimpleSpanProcessor(app_exporter))
     caplog.set_level(logging.INFO)
-    folded_before = _sdk_logs.folded()  # kinds seen in earlier tests are not logged again
     with lt.timer("train").section("step"):
         pass
     app_provider.get_tracer("app").start_span("request").end()  # exported on this thread
     lt.shutdown()
     app_provider.shutdown()
-    app_records = [
-        r for r in caplog.records if r.name.startswith("opentelemetry.exporter.otlp.proto.http")
-    ]
+    # the app's failure as its SDK logs it: the exporter's logger, or the span processor's
+    # where an older SDK's HTTP exporter raises
+    app_records = [r for r in caplog.records if r.name.startswith("opentelemetry.")]
     assert app_records
     assert {r.levelno for r in app_records} >= {logging.ERROR}
-    assert _sdk_logs.folded() > folded_before  # looptrace's own failures were folded
+    assert lt.health().dropped_spans > 0  # looptrace's own failures: counted, and
     folded = {r.levelno for r in caplog.records if r.name == "looptrace.sdk"}
     assert folded <= {logging.INFO}  # at most one INFO line per kind
     # shutdown() takes the filter off, once looptrace's exporter has given up retrying

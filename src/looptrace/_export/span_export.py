@@ -42,11 +42,14 @@ class CountingSpanExporter(SpanExporter):
 
         An exporter shut down under a batch in flight (a gRPC channel closed by a shutdown that
         stopped waiting for a stalled collector) raises: those spans are lost as any undelivered
-        ones are, not an internal error.
+        ones are, not an internal error; so does a transport error (`OSError`, which `requests`'
+        errors are) that an older SDK's HTTP exporter raises instead of returning a failure.
         """
         try:
             with sdk_logs.ours():
                 result = self.inner.export(encodable_spans(spans))
+        except OSError:  # a transport error the exporter let through (older SDKs' HTTP one)
+            result = SpanExportResult.FAILURE
         except Exception:
             if not self.closing:
                 self._incidents.failed(f"{type(self.inner).__name__}.export")
