@@ -25,6 +25,7 @@ from looptrace._looptrace import Looptrace
 from looptrace._stats.aggregator import Aggregator
 from looptrace._stats.errors import ConfigError
 from looptrace._stats.health import Incidents
+from looptrace._stats.memory import MemoryReader
 
 MAX_PATHS_HIGH = 10**6
 
@@ -57,6 +58,7 @@ def configure(
     metrics_exporter: str | None = None,
     prometheus: str | int | bool | None = None,
     slow_lap_factor: SlowLapFactor = "auto",
+    device_memory: bool | None = None,
 ) -> Looptrace:
     """Set up looptrace and return the handle that makes timers and resets windows.
 
@@ -116,6 +118,11 @@ def configure(
             times the recent median of its timer (default 3; see the README, "Finding a
             straggler"); `None` or `"off"` turns it off; `"auto"` (the default) reads
             `LOOPTRACE_SLOW_LAP_FACTOR`.
+        device_memory: read the CUDA allocator's peaks, retries and OOMs at each window's
+            close (`Snapshot.memory`) and reset the peak for the next window. The reset is
+            process-wide: with None (the default) looptrace does it only when no other
+            looptrace in the process does; True does it even so; False reads no device
+            figure (pass it when your code or another tool resets the peak itself).
 
     Each exporter argument falls back to its standard `OTEL_*` variable (see the README).
     Environment variables turn exporters on only for the providers looptrace creates itself.
@@ -134,6 +141,8 @@ def configure(
     )
     slow_factor = slow_lap_factor_of(slow_lap_factor)
     _check_max_paths(max_paths)
+    if device_memory is not None and not isinstance(device_memory, bool):
+        raise ConfigError(f"device_memory must be True, False or None, got {device_memory!r}")
     rank = RankInfo.from_env() if rank is None else rank
     incidents, outputs = Incidents(), Outputs()
     resource = looptrace_resource(settings.service_name, rank)
@@ -179,6 +188,7 @@ def configure(
         rank=rank,
         incidents=incidents,
         outputs=outputs,
+        memory=MemoryReader(device_memory),
     )
 
 
@@ -265,6 +275,7 @@ def _handle(
     rank: RankInfo,
     incidents: Incidents,
     outputs: Outputs,
+    memory: MemoryReader,
 ) -> Looptrace:
     """Make the user's handle, flushed at exit (within the exporters' timeout) if it writes."""
     lt = Looptrace(
@@ -274,6 +285,7 @@ def _handle(
         rank=rank,
         outputs=outputs,
         processor=tracing.processor,
+        memory=memory,
     )
     if sinks.active:
         install_exit_flush(lt, sinks.flush, sinks.timeout_s, incidents)

@@ -239,6 +239,8 @@ class Aggregator:
         # Timers' logs handed over at the cut as they are, grouped when the snapshot is read.
         self._logs: list[tuple[list[object], list[Adjustment]]] = []
         self._ungrouped = 0  # items in `_logs`
+        # Threads' unit counts (`Timer.count`) handed over at the cut, added when read.
+        self._counts: list[dict[tuple[str, str], float]] = []
         self._known: set[str] = set()
         self._known_lock = threading.Lock()  # not `lock`: timers are made under it too
         self._warned = False
@@ -291,6 +293,10 @@ class Aggregator:
         if self._warned:  # a timer past the cap logs its intervals as "other"
             self.overflowed += log[::ENTRY_ITEMS].count(OTHER_PATH)
 
+    def take_counts(self, counts: dict[tuple[str, str], float]) -> None:
+        """Add a thread's unit counts to the window as they are; the caller holds `lock`."""
+        self._counts.append(counts)
+
     def snapshot(
         self,
         *,
@@ -305,10 +311,12 @@ class Aggregator:
         With `subtree` (a timer's path) only the paths of that timer and its descendants are
         taken; the other paths' windows go on.
         """
+        counts, self._counts = self._counts, []
         if subtree is None:
             logs, self._logs, self._ungrouped = self._logs, [], 0
             paths, self._paths = self._paths, {}
         else:
+            counts = self._split_counts(counts, subtree)
             self._group_logs()
             logs = []
             below = f"{subtree}."
@@ -322,7 +330,23 @@ class Aggregator:
             step=step,
             subtree=subtree or "root",
             more=_Grouping(logs) if logs else None,
+            counts=counts,
         )
+
+    def _split_counts(
+        self, counts: list[dict[tuple[str, str], float]], subtree: str
+    ) -> list[dict[tuple[str, str], float]]:
+        """Return the counts of `subtree`'s timers; the others stay in the window going on."""
+        below = f"{subtree}."
+        taken: dict[tuple[str, str], float] = {}
+        kept: dict[tuple[str, str], float] = {}
+        for part in counts:
+            for key, n in part.items():
+                into = taken if key[0] == subtree or key[0].startswith(below) else kept
+                into[key] = into.get(key, 0.0) + n
+        if kept:
+            self._counts.append(kept)
+        return [taken] if taken else []
 
     def _group_logs(self) -> None:
         """Group the logs handed over so far into the window's per-path statistics."""
@@ -335,6 +359,7 @@ class Aggregator:
         self._known_lock = threading.Lock()
         self._paths = {}
         self._logs, self._ungrouped = [], 0
+        self._counts = []
 
     def admit(self, path: str) -> str:
         """Return `path` if it is or can be kept apart, else `"other"`.
