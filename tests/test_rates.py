@@ -198,7 +198,7 @@ def test_real_torch_loop_tokens_per_second() -> None:
         model = torch.nn.Sequential(torch.nn.Embedding(100, 32), torch.nn.Linear(32, 100))
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
         train = lt.timer("train")
-        batches = [torch.randint(0, 100, (8, 64)) for _ in range(20)]
+        batches = [torch.randint(0, 100, (8, 256)) for _ in range(40)]
         lt.reset()
         start = time.perf_counter()
         tokens = 0
@@ -210,11 +210,11 @@ def test_real_torch_loop_tokens_per_second() -> None:
                 optimizer.step()
             train.count("tokens", batch.numel())
             tokens += batch.numel()
-        snap = lt.reset()
         wall = time.perf_counter() - start
+        snap = lt.reset()
         rate = snap.rates["root.train"]["tokens"]
         assert rate.total == tokens
-        assert snap.rates["root.train"]["samples"].total == 160
+        assert snap.rates["root.train"]["samples"].total == 320
         assert rate.per_s == pytest.approx(tokens / wall, rel=0.01)
         assert rate.per_lap_s == pytest.approx(tokens / snap["root.train"].total, rel=1e-9)
     finally:
