@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import json
 import math
+import subprocess
+import sys
 import threading
 import time
+import urllib.request
+from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 import looptrace
 from looptrace import TimerError
-from looptrace.testing import Capture
+from looptrace.testing import Capture, FakeClock, capture
+
+from .otlp_server import LOCALHOST, free_port
 
 
 def test_count_gives_exact_rates_per_window(cap: Capture) -> None:
@@ -219,3 +227,85 @@ def test_real_torch_loop_tokens_per_second() -> None:
         assert rate.per_lap_s == pytest.approx(tokens / snap["root.train"].total, rel=1e-9)
     finally:
         lt.shutdown()
+
+
+def test_snapshot_file_and_summary_show_rates(tmp_path: Path) -> None:
+    """The snapshot file has each window's rates; `looptrace summary` prints the job's rate."""
+    path = tmp_path / "s.jsonl"
+    cap = capture(snapshot_file=path, trace_every=0)
+    train = cap.lt.timer("train")
+    for _ in range(2):
+        for _ in range(4):
+            train.record()
+            train.count("tokens", 250)
+            cap.clock.advance(0.25)
+        train.stop()
+        cap.clock.advance(1.0)  # outside the laps: wall time only
+        cap.lt.reset()
+    cap.lt.shutdown()
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [line["rates"] for line in lines] == [
+        {
+            "root.train": {
+                "tokens": {"total": 1000.0, "per_s": 500.0, "per_lap_s": 1000.0, "per_lap": 250.0}
+            }
+        }
+    ] * 2
+    out = subprocess.run(
+        [sys.executable, "-m", "looptrace", "summary", str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout
+    assert (
+        "throughput root.train tokens: 2,000 in all, 500/s of wall time, 1,000/s of lap time" in out
+    )
+
+
+def test_prometheus_serves_items_counter_and_window_rate() -> None:
+    """/metrics has looptrace_items_total{looptrace_unit} summed over windows and the rate gauge."""
+    port = free_port()
+    clock = FakeClock(start_s=0.0)
+    lt = looptrace.configure(
+        clock=clock, trace_every=0, rank=looptrace.RankInfo(), prometheus=f"{LOCALHOST}:{port}"
+    )
+    try:
+        train = lt.timer("train")
+        for tokens in (100, 300):
+            train.count("tokens", tokens)
+            clock.advance(2.0)
+            lt.reset()
+        with urllib.request.urlopen(f"http://{LOCALHOST}:{port}/metrics", timeout=10) as reply:
+            text = reply.read().decode()
+    finally:
+        lt.shutdown()
+    samples = {
+        (s.name, s.labels.get("looptrace_path"), s.labels.get("looptrace_unit")): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+    assert samples[("looptrace_items_total", "root.train", "tokens")] == 400.0
+    assert samples[("looptrace_items_window_rate", "root.train", "tokens")] == 150.0
+
+
+def test_otlp_metrics_carry_items_sum_and_rate(cap: Capture) -> None:
+    """A metric reader gets looptrace.items (monotonic sum) and looptrace.items.window.rate."""
+    train = cap.lt.timer("train")
+    train.count("samples", 64)
+    cap.clock.advance(4.0)
+    cap.lt.reset()
+    data = cap.metrics.get_metrics_data()
+    assert data is not None
+    found = {
+        metric.name: metric
+        for rm in data.resource_metrics
+        for sm in rm.scope_metrics
+        for metric in sm.metrics
+    }
+    (items,) = found["looptrace.items"].data.data_points
+    (rate,) = found["looptrace.items.window.rate"].data.data_points
+    assert (items.value, rate.value) == (64.0, 16.0)
+    assert found["looptrace.items"].data.is_monotonic
+    assert dict(items.attributes)["looptrace.unit"] == "samples"
+    assert dict(items.attributes)["looptrace.path"] == "root.train"
