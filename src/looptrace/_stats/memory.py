@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, cast
@@ -44,8 +45,9 @@ class WindowMemory:
         return flat
 
 
-# The process that owns the CUDA peak reset (`MemoryReader.owns_peak`); one per process.
-_peak_owner: list[object] = []
+# The reader that owns the CUDA peak reset (`MemoryReader.owns_peak`): one per process, held
+# weakly, so a reader dropped without `shutdown()` leaves it to the next.
+_peak_owner: list[weakref.ref[MemoryReader]] = []
 
 
 class MemoryReader:
@@ -63,19 +65,24 @@ class MemoryReader:
         self._device = device_memory is not False
         self._stats = stats
         self.owns_peak = False
-        if self._device and (device_memory is True or not _peak_owner):
-            _peak_owner[:] = [self]
+        if self._device and (device_memory is True or _owner() is None):
+            _peak_owner[:] = [weakref.ref(self)]
             self.owns_peak = True
         self._retries = self._ooms = 0  # the allocator's counts at the previous close
 
     def release(self) -> None:
         """Give up the CUDA peak reset (at `shutdown()`), for a later reader to own."""
-        if _peak_owner and _peak_owner[0] is self:
+        if _owner() is self:
             _peak_owner.clear()
         self.owns_peak = False
 
     def read(self) -> WindowMemory:
-        """Return the memory of the window closing now; start the next window's peak."""
+        """Return the memory of the window closing now; start the next window's peak.
+
+        A reader whose ownership another took (`device_memory=True`) stops resetting.
+        """
+        if self.owns_peak and _owner() is not self:
+            self.owns_peak = False
         rss, peak = host_memory()
         device = self._cuda() if self._device else None
         if device is None:
@@ -119,6 +126,11 @@ class MemoryReader:
         except Exception:
             return None
         return torch.cuda.memory_stats, torch.cuda.reset_peak_memory_stats
+
+
+def _owner() -> MemoryReader | None:
+    """Return the live reader that owns the CUDA peak reset, None if none does."""
+    return _peak_owner[0]() if _peak_owner else None
 
 
 def host_memory() -> tuple[int | None, int | None]:
