@@ -221,12 +221,15 @@ class Timer:
         key = self._units.get(unit) if isinstance(unit, str) else None
         if key is None:
             key = self._unit_key(unit)
-        amount = _amount(n, key)
+        amount = float(n) if type(n) is int and 0 <= n < _HUGE else _amount(n, key)
         engine = self._engine
         if engine.closed:
             engine.refuse(f"{self.path}.count() after shutdown()")
             return
-        state = engine.states.state()
+        state = engine.states.last
+        # One call checks the thread and the loop (`int()` stands for the clock): else None.
+        if state is None or now_plain(state.key, int, _running_loop) is None:
+            state = engine.states.state()
         was = state.busy
         state.busy = True  # no lock: see `ThreadState`
         if state.claimed and not was and not state.wait_turn():  # shut down since the check
@@ -414,7 +417,7 @@ class Timer:
 
 def _amount(n: object, key: tuple[str, str]) -> float:
     """Return the units `n` as a float, or raise a `TimerError` naming the unit and why."""
-    if isinstance(n, int | float) and not isinstance(n, bool):
+    if isinstance(n, (int, float)) and not isinstance(n, bool):
         amount = float(n) if isinstance(n, float) or abs(n) < _HUGE else math.inf
         if amount >= 0 and amount != math.inf:
             return amount
