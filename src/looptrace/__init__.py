@@ -18,6 +18,8 @@ if TYPE_CHECKING:  # the names below are imported on first use: the CLI's offlin
     from looptrace._looptrace import Looptrace
     from looptrace._stats.errors import ConfigError, TimerError
     from looptrace._stats.health import Health
+    from looptrace._stats.memory import WindowMemory
+    from looptrace._stats.rates import Rate
     from looptrace._stats.snapshot import SectionStats, Snapshot
     from looptrace._stats.spread import RankSpread, SectionSpread
 
@@ -31,6 +33,7 @@ __all__ = [
     "MonotonicClock",
     "RankInfo",
     "RankSpread",
+    "Rate",
     "Section",
     "SectionSpread",
     "SectionStats",
@@ -38,6 +41,7 @@ __all__ = [
     "StepIdGenerator",
     "Timer",
     "TimerError",
+    "WindowMemory",
     "__version__",
     "configure",
 ]
@@ -53,6 +57,7 @@ _LAZY = {
     "MonotonicClock": "looptrace._core.clock",
     "RankInfo": "looptrace._distributed.ranks",
     "RankSpread": "looptrace._stats.spread",
+    "Rate": "looptrace._stats.rates",
     "Section": "looptrace._core.section",
     "SectionSpread": "looptrace._stats.spread",
     "SectionStats": "looptrace._stats.snapshot",
@@ -60,6 +65,7 @@ _LAZY = {
     "StepIdGenerator": "looptrace._export.id_generator",
     "Timer": "looptrace._core.timer",
     "TimerError": "looptrace._stats.errors",
+    "WindowMemory": "looptrace._stats.memory",
     "configure": "looptrace._configure",
 }
 

@@ -73,6 +73,10 @@ class Snapshot(Mapping[str, SectionStats]):
     that step: the part before the cut is in the closing window, whose range ends with it, and
     the rest in the next window, whose range starts with it; its lap is counted once, in the
     window where it ends. Empty when no lap ran in the window; None when no timer was lapped.
+
+    `rates` holds the units timers counted in the window (`Timer.count`), as `Rate`s per
+    path and unit. `memory` is the process's memory at the close (`WindowMemory`) for the
+    windows of every timer (`lt.reset()`, `shutdown()`); None for a timer's own window.
     """
 
     __slots__ = (
