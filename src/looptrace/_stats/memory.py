@@ -8,7 +8,7 @@ import sys
 import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
-from typing import Any, cast
+from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,13 +57,11 @@ class MemoryReader:
     default) a reader resets it only when no other reader in the process does (the first
     `configure()` that asks owns it until its `shutdown()`); `True` takes it even so; `False`
     reads no device figure at all. A reader that does not own the reset reports retries and
-    OOMs, not peaks.
+    OOMs, not peaks. The first window's retries and OOMs are those since the process began.
     """
 
-    def __init__(self, device_memory: bool | None = None, stats: object = None) -> None:
-        # `stats`: a stand-in for `torch.cuda.memory_stats` and its peak reset (tests).
+    def __init__(self, device_memory: bool | None = None) -> None:
         self._device = device_memory is not False
-        self._stats = stats
         self.owns_peak = False
         if self._device and (device_memory is True or _owner() is None):
             _peak_owner[:] = [weakref.ref(self)]
@@ -115,8 +113,6 @@ class MemoryReader:
 
         torch is never imported here: only a process that imported it can have used CUDA.
         """
-        if self._stats is not None:
-            return cast("tuple[Callable[[], Mapping[str, Any]], Callable[[], None]]", self._stats)
         torch = sys.modules.get("torch")
         if torch is None:
             return None
