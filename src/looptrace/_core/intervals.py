@@ -12,6 +12,7 @@ from opentelemetry.context import Context
 from looptrace._core.threadkey import thread_key
 from looptrace._stats.aggregator import ENTRY_ITEMS, FOLD_AT, Adjustment
 from looptrace._stats.attributes import THREAD_ID, THREAD_NAME
+from looptrace._stats.tally import Tally
 
 if TYPE_CHECKING:
     from looptrace._core.device import DeviceQueue, DeviceTrack
@@ -199,7 +200,7 @@ class ThreadState:
         self.adjustments: list[Adjustment] = []
         # Units counted in the window (`Timer.count`), by (timer path, unit): handed over
         # whole with the log at the cut.
-        self.counts: dict[tuple[str, str], float] = {}
+        self.counts: dict[tuple[str, str], Tally] = {}
         self.fold_due = False  # the log holds FOLD_AT intervals: merge after the call
         self.last_cut = 0  # the instant of the latest `reset()` cut of this thread
         self.device: DeviceQueue | None = None  # device segments waiting for their events

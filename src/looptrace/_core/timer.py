@@ -16,6 +16,7 @@ from looptrace._core.threadkey import now_in, now_plain
 from looptrace._stats.aggregator import OTHER_PATH
 from looptrace._stats.errors import TimerError
 from looptrace._stats.snapshot import Snapshot
+from looptrace._stats.tally import Tally
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -235,8 +236,10 @@ class Timer:
         if state.claimed and not was and not state.wait_turn():  # shut down since the check
             state.busy = was
             return
-        counts = state.counts
-        counts[key] = counts.get(key, 0.0) + amount
+        tally = state.counts.get(key)
+        if tally is None:
+            tally = state.counts[key] = Tally()
+        tally.total += amount
         state.busy = was
 
     def _unit_key(self, unit: object) -> tuple[str, str]:

@@ -12,6 +12,7 @@ from typing import Final, cast
 from looptrace._stats.buckets import BOUNDARIES_NS
 from looptrace._stats.sketch import QuantileSketch, nearest_rank
 from looptrace._stats.snapshot import SectionStats, Snapshot, StatsSource
+from looptrace._stats.tally import Tally
 
 _log = logging.getLogger("looptrace")
 
@@ -240,7 +241,7 @@ class Aggregator:
         self._logs: list[tuple[list[object], list[Adjustment]]] = []
         self._ungrouped = 0  # items in `_logs`
         # Threads' unit counts (`Timer.count`) handed over at the cut, added when read.
-        self._counts: list[dict[tuple[str, str], float]] = []
+        self._counts: list[dict[tuple[str, str], Tally]] = []
         self._known: set[str] = set()
         self._known_lock = threading.Lock()  # not `lock`: timers are made under it too
         self._warned = False
@@ -293,7 +294,7 @@ class Aggregator:
         if self._warned:  # a timer past the cap logs its intervals as "other"
             self.overflowed += log[::ENTRY_ITEMS].count(OTHER_PATH)
 
-    def take_counts(self, counts: dict[tuple[str, str], float]) -> None:
+    def take_counts(self, counts: dict[tuple[str, str], Tally]) -> None:
         """Add a thread's unit counts to the window as they are; the caller holds `lock`."""
         self._counts.append(counts)
 
@@ -334,16 +335,20 @@ class Aggregator:
         )
 
     def _split_counts(
-        self, counts: list[dict[tuple[str, str], float]], subtree: str
-    ) -> list[dict[tuple[str, str], float]]:
+        self, counts: list[dict[tuple[str, str], Tally]], subtree: str
+    ) -> list[dict[tuple[str, str], Tally]]:
         """Return the counts of `subtree`'s timers; the others stay in the window going on."""
         below = f"{subtree}."
-        taken: dict[tuple[str, str], float] = {}
-        kept: dict[tuple[str, str], float] = {}
+        taken: dict[tuple[str, str], Tally] = {}
+        kept: dict[tuple[str, str], Tally] = {}
         for part in counts:
-            for key, n in part.items():
+            for key, tally in part.items():
                 into = taken if key[0] == subtree or key[0].startswith(below) else kept
-                into[key] = into.get(key, 0.0) + n
+                found = into.get(key)
+                if found is None:
+                    into[key] = Tally(tally.total)
+                else:
+                    found.total += tally.total
         if kept:
             self._counts.append(kept)
         return [taken] if taken else []

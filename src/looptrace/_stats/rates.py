@@ -8,6 +8,8 @@ from dataclasses import asdict, dataclass
 from types import MappingProxyType
 from typing import Protocol
 
+from looptrace._stats.tally import Tally
+
 # The figures of a `Rate`, in the order `as_metrics()` writes them (`{unit}`, `{unit}_per_s`...).
 RATE_STATS = ("total", "per_s", "per_lap_s", "per_lap")
 
@@ -43,13 +45,13 @@ class LapTime(Protocol):
 
 
 def sum_counts(
-    parts: Iterable[Mapping[tuple[str, str], float]],
+    parts: Iterable[Mapping[tuple[str, str], Tally]],
 ) -> dict[str, dict[str, float]]:
     """Add threads' counts, by (path, unit), into `{path: {unit: total}}`, sorted."""
     totals: dict[tuple[str, str], float] = {}
     for part in parts:
-        for key, n in part.items():
-            totals[key] = totals.get(key, 0.0) + n
+        for key, tally in part.items():
+            totals[key] = totals.get(key, 0.0) + tally.total
     grouped: dict[str, dict[str, float]] = {}
     for (path, unit), n in sorted(totals.items()):
         grouped.setdefault(path, {})[unit] = n

@@ -14,6 +14,7 @@ from looptrace._stats.buckets import BOUNDARIES_S
 from looptrace._stats.memory import WindowMemory
 from looptrace._stats.rates import RATE_STATS, Rate, rates_of, sum_counts
 from looptrace._stats.spread import SectionSpread
+from looptrace._stats.tally import Tally
 
 # The statistics `as_metrics()` flattens, in this order.
 METRIC_STATS = ("count", "total", "mean", "min", "max", "std", "p50", "p90", "p99", "self_time")
@@ -110,7 +111,7 @@ class Snapshot(Mapping[str, SectionStats]):
         steps: range | None = None,
         subtree: str = "root",
         more: Callable[[dict[str, SectionStats | StatsSource]], None] | None = None,
-        counts: Iterable[Mapping[tuple[str, str], float]] = (),
+        counts: Iterable[Mapping[tuple[str, str], Tally]] = (),
         memory: WindowMemory | None = None,
     ) -> None:
         # `reset()` hands over what it measured as it is: `more` adds to `stats` in place (the
@@ -131,7 +132,7 @@ class Snapshot(Mapping[str, SectionStats]):
             None if across_ranks is None else MappingProxyType(dict(sorted(across_ranks.items())))
         )
         # Units counted by (path, unit), per thread as handed over; summed when first read.
-        self._counts: list[Mapping[tuple[str, str], float]] = list(counts)
+        self._counts: list[Mapping[tuple[str, str], Tally]] = list(counts)
         self._rates: Mapping[str, Mapping[str, Rate]] | None = None
         # The process's memory at the window's close (None: not read, e.g. a file's window).
         self.memory = memory
