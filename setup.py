@@ -43,6 +43,7 @@ COMPILED = [
         "_stats/buckets",
         "_stats/health",
         "_stats/sketch",
+        "_stats/tally",
     )
 ]
 # Code generation for a shared library whose functions no other library replaces: without these,

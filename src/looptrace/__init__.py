@@ -23,6 +23,8 @@ if TYPE_CHECKING:  # the names below are imported on first use: the CLI's offlin
     from looptrace._stats.diagnosis import Finding
     from looptrace._stats.errors import ConfigError, TimerError
     from looptrace._stats.health import Health
+    from looptrace._stats.memory import WindowMemory
+    from looptrace._stats.rates import Rate
     from looptrace._stats.snapshot import SectionStats, Snapshot
     from looptrace._stats.spread import RankSpread, SectionSpread
     from looptrace._stats.straggler import Straggler
@@ -38,6 +40,7 @@ __all__ = [
     "MonotonicClock",
     "RankInfo",
     "RankSpread",
+    "Rate",
     "Section",
     "SectionSpread",
     "SectionStats",
@@ -46,6 +49,7 @@ __all__ = [
     "Straggler",
     "Timer",
     "TimerError",
+    "WindowMemory",
     "__version__",
     "configure",
 ]
@@ -62,6 +66,7 @@ _LAZY = {
     "MonotonicClock": "looptrace._core.clock",
     "RankInfo": "looptrace._distributed.ranks",
     "RankSpread": "looptrace._stats.spread",
+    "Rate": "looptrace._stats.rates",
     "Section": "looptrace._core.section",
     "SectionSpread": "looptrace._stats.spread",
     "SectionStats": "looptrace._stats.snapshot",
@@ -70,6 +75,7 @@ _LAZY = {
     "Straggler": "looptrace._stats.straggler",
     "Timer": "looptrace._core.timer",
     "TimerError": "looptrace._stats.errors",
+    "WindowMemory": "looptrace._stats.memory",
     "configure": "looptrace._configure",
 }
 

@@ -16,6 +16,7 @@ from looptrace._export.outputs import Outputs
 from looptrace._export.processor import AggregatingSpanProcessor
 from looptrace._stats.aggregator import Aggregator
 from looptrace._stats.health import Health, Incidents
+from looptrace._stats.memory import MemoryReader
 from looptrace._stats.roles import Roles
 from looptrace._stats.snapshot import Snapshot
 from looptrace._stats.thresholds import DEFAULTS
@@ -36,8 +37,10 @@ class Looptrace:
         rank: RankInfo,
         outputs: Outputs,
         processor: AggregatingSpanProcessor | None,
+        memory: MemoryReader | None = None,
     ) -> None:
         self._engine = engine
+        self._memory = MemoryReader() if memory is None else memory
         self._aggregator = aggregator
         self._incidents = incidents
         self.rank = rank
@@ -171,6 +174,11 @@ class Looptrace:
             )
             snapshot.steps = self._window_steps(subtree, snapshot.step)
         snapshot.roles, snapshot.limits = self.roles, self.limits
+        if subtree is None:  # the process's memory: in the windows of every timer only
+            try:
+                snapshot.memory = self._memory.read()
+            except Exception:
+                self._incidents.failed("reading the memory of a window")
         snapshot = reduce_or_keep(snapshot, self._incidents, reduce=across_ranks)  # counts it
         for sink in self._outputs.on_reset:
             try:
@@ -206,6 +214,7 @@ class Looptrace:
             if engine.closed:
                 return
             self._close_window(across_ranks=False, final=True)
+            self._memory.release()
             for close in self._outputs.on_shutdown:
                 try:
                     close()

@@ -26,6 +26,7 @@ from looptrace._looptrace import Looptrace
 from looptrace._stats.aggregator import Aggregator
 from looptrace._stats.errors import ConfigError
 from looptrace._stats.health import Incidents
+from looptrace._stats.memory import MemoryReader
 from looptrace._stats.roles import roles_of
 from looptrace._stats.thresholds import thresholds
 
@@ -64,6 +65,7 @@ def configure(
     roles: Mapping[str, Iterable[str] | str] | None = None,
     wait_sections: Iterable[str] = (),
     diagnosis_thresholds: Mapping[str, float] | None = None,
+    device_memory: bool | None = None,
 ) -> Looptrace:
     """Set up looptrace and return the handle that makes timers and resets windows.
 
@@ -134,6 +136,11 @@ def configure(
             in them, the rank the others wait for.
         diagnosis_thresholds: thresholds of `Snapshot.diagnosis()` by name, replacing the
             defaults of its table (see the README).
+        device_memory: read the CUDA allocator's peaks, retries and OOMs at each window's
+            close (`Snapshot.memory`) and reset the peak for the next window. The reset is
+            process-wide: with None (the default) looptrace does it only when no other
+            looptrace in the process does; True does it even so; False reads no device
+            figure (pass it when your code or another tool resets the peak itself).
 
     Each exporter argument falls back to its standard `OTEL_*` variable (see the docs'
     Configuration page, docs/configuration.md).
@@ -159,6 +166,8 @@ def configure(
     slow_factor = slow_lap_factor_of(slow_lap_factor)
     kind = histogram_kind(histogram)
     _check_max_paths(max_paths)
+    if device_memory is not None and not isinstance(device_memory, bool):
+        raise ConfigError(f"device_memory must be True, False or None, got {device_memory!r}")
     rank = RankInfo.from_env() if rank is None else rank
     incidents, outputs = Incidents(), Outputs()
     resource = looptrace_resource(settings.service_name, rank)
@@ -212,6 +221,7 @@ def configure(
         rank=rank,
         incidents=incidents,
         outputs=outputs,
+        memory=MemoryReader(device_memory),
     )
     lt.roles, lt.limits = answers
     return lt
@@ -300,6 +310,7 @@ def _handle(
     rank: RankInfo,
     incidents: Incidents,
     outputs: Outputs,
+    memory: MemoryReader,
 ) -> Looptrace:
     """Make the user's handle, flushed at exit (within the exporters' timeout) if it writes."""
     lt = Looptrace(
@@ -309,6 +320,7 @@ def _handle(
         rank=rank,
         outputs=outputs,
         processor=tracing.processor,
+        memory=memory,
     )
     if sinks.active:
         install_exit_flush(lt, sinks.flush, sinks.timeout_s, incidents)

@@ -44,12 +44,18 @@ from looptrace._export.metrics import (
     DROPPED_METRIC,
     DURATION_DESCRIPTION,
     DURATION_METRIC,
+    ITEMS,
+    ITEMS_DESCRIPTION,
+    ITEMS_METRIC,
+    ITEMS_RATE_DESCRIPTION,
+    ITEMS_RATE_METRIC,
     QUANTILE,
     QUANTILES,
     SECONDS,
     SPANS,
     WINDOW_DESCRIPTION,
     WINDOW_METRIC,
+    item_attributes,
     section_attributes,
 )
 from looptrace._export.window_queue import WindowQueue
@@ -102,11 +108,27 @@ class Series:
 
 @dataclass(slots=True)
 class Totals:
-    """Series per path over the windows from `start_ns` to `time_ns`."""
+    """Series per path over the windows from `start_ns` to `time_ns`.
+
+    `items` holds the units counted per (path, unit) over the windows, `rates` their units
+    per second in the latest window that counted them.
+    """
 
     start_ns: int | None = None
     time_ns: int = 0
     series: dict[str, Series] = field(default_factory=dict)
+    items: dict[tuple[str, str], float] = field(default_factory=dict)
+    rates: dict[tuple[str, str], float] = field(default_factory=dict)
+
+    def copy(self) -> Totals:
+        """Return an independent copy."""
+        return Totals(
+            self.start_ns,
+            self.time_ns,
+            {path: s.copy() for path, s in self.series.items()},
+            dict(self.items),
+            dict(self.rates),
+        )
 
     def add(
         self,
@@ -130,6 +152,12 @@ class Totals:
             series = self.series.get(path)
             if series is not None:
                 series.exemplars.update((i, e) for i, e in buckets.items() if series.buckets[i])
+        for path, units in snapshot.rates.items():
+            for unit, rate in units.items():
+                key = (path, unit)
+                self.items[key] = self.items.get(key, 0.0) + rate.total
+                if not math.isnan(rate.per_s):
+                    self.rates[key] = rate.per_s
 
 
 class DeltaCursor:
@@ -248,6 +276,12 @@ class CumulativeHistograms:
             self._add_queued()
             return {path: s.copy() for path, s in self._totals.series.items()}
 
+    def totals(self) -> Totals:
+        """Return a copy of the totals: series, units counted and their latest rates."""
+        with self.lock:
+            self._add_queued()
+            return self._totals.copy()
+
     def labels(self, path: str) -> dict[str, str | int]:
         """Return the metric attributes of a path: path, span name and rank."""
         return section_attributes(path, self.attributes)
@@ -273,8 +307,7 @@ class CumulativeHistograms:
         with self.lock:
             self._add_queued()
             if cursor is None:
-                totals = Totals(self._totals.start_ns, self._totals.time_ns)
-                totals.series = {path: s.copy() for path, s in self._totals.series.items()}
+                totals = self._totals.copy()
                 temporality = CUMULATIVE
             else:
                 totals, dropped = cursor.take()
@@ -351,7 +384,50 @@ class CumulativeHistograms:
                 is_monotonic=True,
             ),
         )
-        return [duration, window, dropped_metric]
+        return [duration, window, dropped_metric, *self._counted(totals, start, temporality)]
+
+    def _counted(
+        self, totals: Totals, start: int, temporality: AggregationTemporality
+    ) -> list[Metric]:
+        """Return the units counted and their latest rates, only when a timer counted any."""
+        now = totals.time_ns
+        found: list[Metric] = []
+        if totals.items:
+            found.append(
+                Metric(
+                    name=ITEMS_METRIC,
+                    description=ITEMS_DESCRIPTION,
+                    unit=ITEMS,
+                    data=Sum(
+                        data_points=[
+                            NumberDataPoint(
+                                attributes=item_attributes(path, unit, self.attributes),
+                                start_time_unix_nano=start,
+                                time_unix_nano=now,
+                                value=value,
+                            )
+                            for (path, unit), value in sorted(totals.items.items())
+                        ],
+                        aggregation_temporality=temporality,
+                        is_monotonic=True,
+                    ),
+                )
+            )
+        if totals.rates:
+            found.append(
+                _gauge(
+                    ITEMS_RATE_METRIC,
+                    ITEMS_RATE_DESCRIPTION,
+                    "{item}/s",
+                    [
+                        (item_attributes(path, unit, self.attributes), value)
+                        for (path, unit), value in sorted(totals.rates.items())
+                    ],
+                    start=start,
+                    now=now,
+                )
+            )
+        return found
 
     def _exponential(
         self,
@@ -382,6 +458,34 @@ class CumulativeHistograms:
                 )
             )
         return ExponentialHistogram(data_points=points, aggregation_temporality=temporality)
+
+
+def _gauge(
+    name: str,
+    description: str,
+    unit: str,
+    points: list[tuple[dict[str, str | int], float]],
+    *,
+    start: int,
+    now: int,
+) -> Metric:
+    """Return a gauge of `points` (attributes, value)."""
+    return Metric(
+        name=name,
+        description=description,
+        unit=unit,
+        data=Gauge(
+            data_points=[
+                NumberDataPoint(
+                    attributes=attributes,
+                    start_time_unix_nano=start,
+                    time_unix_nano=now,
+                    value=value,
+                )
+                for attributes, value in points
+            ]
+        ),
+    )
 
 
 def _otlp_exemplar(exemplar: TraceExemplar) -> Exemplar:

@@ -17,7 +17,7 @@ from looptrace._export.line_file import FLUSH_TIMEOUT_S, LineFile, loss_line
 from looptrace._export.records import SNAPSHOT_KIND, SNAPSHOT_VERSION
 from looptrace._export.window_queue import WindowQueue
 from looptrace._stats.health import Incidents
-from looptrace._stats.snapshot import Snapshot
+from looptrace._stats.snapshot import Snapshot, rates_dict
 
 
 class SnapshotFileWriter:
@@ -32,7 +32,10 @@ class SnapshotFileWriter:
     `across_ranks` (path -> the `SectionSpread` as a dict), and for a `timer.reset()` window
     `subtree` (that timer's path; its `step` counts that subtree's laps), `straggler` (the
     cross-rank window's `Straggler` as a dict) when there is one; `findings` holds
-    the window's `Snapshot.diagnosis()` less its abstentions, when it found anything. A
+    the window's `Snapshot.diagnosis()` less its abstentions, when it found anything; where
+    units were counted `rates` (path -> unit -> `total`, `per_s`, `per_lap_s`, `per_lap`;
+    undefined as null), and for the windows of every timer `memory` (`WindowMemory` as a
+    dict, bytes). A
     window in which nothing was measured writes no line.
 
     `reset()` only queues its window; a thread of its own encodes and writes the lines, in
@@ -122,6 +125,10 @@ class SnapshotFileWriter:
             record["steps"] = [snapshot.steps.start, snapshot.steps.stop - 1]
         if snapshot.subtree != "root":  # timer.reset(): the window of that timer's subtree
             record["subtree"] = snapshot.subtree
+        if snapshot.rates:  # units counted: {path: {unit: {total, per_s, per_lap_s, per_lap}}}
+            record["rates"] = _json_safe(rates_dict(snapshot.rates))
+        if snapshot.memory is not None:  # the process's memory at the close (bytes)
+            record["memory"] = snapshot.memory.to_dict()
         if snapshot.across_ranks is not None:  # reset(across_ranks=True): the job's spread
             record["across_ranks"] = {
                 path: _json_safe(spread.to_dict()) for path, spread in snapshot.across_ranks.items()

@@ -12,6 +12,7 @@ from typing import Final, cast
 from looptrace._stats.buckets import BOUNDARIES_NS
 from looptrace._stats.sketch import QuantileSketch, nearest_rank
 from looptrace._stats.snapshot import SectionStats, Snapshot, StatsSource
+from looptrace._stats.tally import Tally
 
 _log = logging.getLogger("looptrace")
 
@@ -253,6 +254,8 @@ class Aggregator:
         # Timers' logs handed over at the cut as they are, grouped when the snapshot is read.
         self._logs: list[tuple[list[object], list[Adjustment]]] = []
         self._ungrouped = 0  # items in `_logs`
+        # Threads' unit counts (`Timer.count`) handed over at the cut, added when read.
+        self._counts: list[dict[tuple[str, str], Tally]] = []
         self._known: set[str] = set()
         self._known_lock = threading.Lock()  # not `lock`: timers are made under it too
         self._warned = False
@@ -305,6 +308,10 @@ class Aggregator:
         if self._warned:  # a timer past the cap logs its intervals as "other"
             self.overflowed += log[::ENTRY_ITEMS].count(OTHER_PATH)
 
+    def take_counts(self, counts: dict[tuple[str, str], Tally]) -> None:
+        """Add a thread's unit counts to the window as they are; the caller holds `lock`."""
+        self._counts.append(counts)
+
     def snapshot(
         self,
         *,
@@ -319,10 +326,12 @@ class Aggregator:
         With `subtree` (a timer's path) only the paths of that timer and its descendants are
         taken; the other paths' windows go on.
         """
+        counts, self._counts = self._counts, []
         if subtree is None:
             logs, self._logs, self._ungrouped = self._logs, [], 0
             paths, self._paths = self._paths, {}
         else:
+            counts = self._split_counts(counts, subtree)
             self._group_logs()
             logs = []
             below = f"{subtree}."
@@ -337,7 +346,27 @@ class Aggregator:
             subtree=subtree or "root",
             more=_Grouping(logs) if logs else None,
             keep_distributions=self.keep_distributions,
+            counts=counts,
         )
+
+    def _split_counts(
+        self, counts: list[dict[tuple[str, str], Tally]], subtree: str
+    ) -> list[dict[tuple[str, str], Tally]]:
+        """Return the counts of `subtree`'s timers; the others stay in the window going on."""
+        below = f"{subtree}."
+        taken: dict[tuple[str, str], Tally] = {}
+        kept: dict[tuple[str, str], Tally] = {}
+        for part in counts:
+            for key, tally in part.items():
+                into = taken if key[0] == subtree or key[0].startswith(below) else kept
+                found = into.get(key)
+                if found is None:
+                    into[key] = Tally(tally.total)
+                else:
+                    found.total += tally.total
+        if kept:
+            self._counts.append(kept)
+        return [taken] if taken else []
 
     def _group_logs(self) -> None:
         """Group the logs handed over so far into the window's per-path statistics."""
@@ -350,6 +379,7 @@ class Aggregator:
         self._known_lock = threading.Lock()
         self._paths = {}
         self._logs, self._ungrouped = [], 0
+        self._counts = []
 
     def admit(self, path: str) -> str:
         """Return `path` if it is or can be kept apart, else `"other"`.
