@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+pytest.importorskip("torch.distributed", reason="needs torch (the test extra)")
+
 from tests import straggler_worker
 from tests.straggler_worker import CHRONIC_SLOW, slow_rank
 
