@@ -12,6 +12,7 @@ from looptrace._core.timer import Timer
 from looptrace._distributed.across_ranks import reduce_or_keep
 from looptrace._distributed.ranks import RankInfo
 from looptrace._export.exit import release_exit_flush
+from looptrace._export.in_order import InOrder
 from looptrace._export.outputs import Outputs
 from looptrace._export.processor import AggregatingSpanProcessor
 from looptrace._stats.aggregator import Aggregator
@@ -51,6 +52,7 @@ class Looptrace:
         # timer path (None: every timer) -> the step its next window starts in
         self._first_steps: dict[str | None, int] = {}
         self._shutdown_lock = threading.Lock()
+        self._in_order = InOrder()  # closed windows reach the outputs in the order they closed
         self.root = Timer(engine, "root", None)
         self.roles = Roles()  # configure(roles=..., wait_sections=...)
         self.limits: Mapping[str, float] = DEFAULTS  # configure(diagnosis_thresholds=...)
@@ -173,6 +175,12 @@ class Looptrace:
                 subtree=subtree,
             )
             snapshot.steps = self._window_steps(subtree, snapshot.step)
+            ticket = self._in_order.ticket()
+        with self._in_order.turn(ticket):
+            return self._deliver(snapshot, across_ranks=across_ranks, subtree=subtree)
+
+    def _deliver(self, snapshot: Snapshot, *, across_ranks: bool, subtree: str | None) -> Snapshot:
+        """Complete a closed window (memory, ranks) and hand it to every output."""
         snapshot.roles, snapshot.limits = self.roles, self.limits
         if subtree is None:  # the process's memory: in the windows of every timer only
             try:
@@ -226,13 +234,15 @@ class Looptrace:
         """Whether the calling thread may be inside a timer call, a window's close or shutdown.
 
         The core's own marks say it, whichever core runs (compiled functions have no frames):
-        a state of this thread busy, or the aggregator's lock or the shutdown lock held (by
-        any thread, which at worst makes a signal handler leave the flush to its helper).
+        a state of this thread busy, the aggregator's lock or the shutdown lock held, or a
+        window being delivered (by any thread, which at worst makes a signal handler leave the
+        flush to its helper).
         """
         return (
             self._engine.states.busy_here()
             or self._aggregator.lock.locked()
             or self._shutdown_lock.locked()
+            or self._in_order.busy()
         )
 
     def _in_process_child(self) -> None:
@@ -250,6 +260,7 @@ class Looptrace:
             self._processor.after_fork_in_child()
         self._engine.windows.after_fork_in_child()
         self._shutdown_lock = threading.Lock()
+        self._in_order = InOrder()
         self._window_start = self._engine.now()
 
 
