@@ -260,6 +260,10 @@ import os, signal, sys
 import looptrace
 from looptrace.testing import FakeClock
 
+# Ctrl-C raises KeyboardInterrupt as in a terminal, even where the test runs in a background
+# job (which starts Python with SIGINT ignored, and then Python leaves it ignored)
+signal.signal(signal.SIGINT, signal.default_int_handler)
+
 clock = FakeClock()
 lt = looptrace.configure(clock=clock, trace_file=sys.argv[1], trace_every=1)
 train, io = lt.timer("train"), lt.timer("io")
