@@ -16,6 +16,7 @@ from looptrace._export.outputs import Outputs
 from looptrace._export.processor import AggregatingSpanProcessor
 from looptrace._stats.aggregator import Aggregator
 from looptrace._stats.health import Health, Incidents
+from looptrace._stats.history import RunHistory
 from looptrace._stats.memory import MemoryReader
 from looptrace._stats.roles import Roles
 from looptrace._stats.snapshot import Snapshot
@@ -54,6 +55,7 @@ class Looptrace:
         self.root = Timer(engine, "root", None)
         self.roles = Roles()  # configure(roles=..., wait_sections=...)
         self.limits: Mapping[str, float] = DEFAULTS  # configure(diagnosis_thresholds=...)
+        self._history = RunHistory()  # what memory creep and throughput drops compare with
         engine.reset_timer = self._reset_timer
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=_after_fork_hook(self))
@@ -179,6 +181,10 @@ class Looptrace:
                 snapshot.memory = self._memory.read()
             except Exception:
                 self._incidents.failed("reading the memory of a window")
+        try:
+            snapshot.past = self._history.add(snapshot, int(self.limits["warmup_windows"]))
+        except Exception:
+            self._incidents.failed("keeping a window in the run's history")
         snapshot = reduce_or_keep(snapshot, self._incidents, reduce=across_ranks)  # counts it
         for sink in self._outputs.on_reset:
             try:
