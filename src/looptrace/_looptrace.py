@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import weakref
@@ -55,7 +56,11 @@ class Looptrace:
         self.root = Timer(engine, "root", None)
         self.roles = Roles()  # configure(roles=..., wait_sections=...)
         self.limits: Mapping[str, float] = DEFAULTS  # configure(diagnosis_thresholds=...)
-        self._history = RunHistory()  # what memory creep and throughput drops compare with
+        self._history = RunHistory()
+        # (configured roles, marked paths, both): the roles of the latest window closed
+        self._marked_roles: tuple[Roles, frozenset[str], Roles] | None = (
+            None  # what memory creep and throughput drops compare with
+        )
         engine.reset_timer = self._reset_timer
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=_after_fork_hook(self))
@@ -175,7 +180,7 @@ class Looptrace:
                 subtree=subtree,
             )
             snapshot.steps = self._window_steps(subtree, snapshot.step)
-        snapshot.roles, snapshot.limits = self.roles, self.limits
+        snapshot.roles, snapshot.limits = self._roles(), self.limits
         if subtree is None:  # the process's memory: in the windows of every timer only
             try:
                 snapshot.memory = self._memory.read()
@@ -192,6 +197,19 @@ class Looptrace:
             except Exception:
                 self._incidents.failed(f"reset output {sink!r}")
         return snapshot
+
+    def _roles(self) -> Roles:
+        """Return the configured roles with the paths marked `wait=True` so far."""
+        marked = self._engine.wait_paths
+        roles = self._marked_roles
+        if roles is None or roles[0] is not self.roles or roles[1] is not marked:
+            with_marks = self.roles
+            if marked:
+                with_marks = dataclasses.replace(
+                    self.roles, wait_paths=self.roles.wait_paths | marked
+                )
+            roles = self._marked_roles = (self.roles, marked, with_marks)
+        return roles[2]
 
     def health(self) -> Health:
         """Return the counts of misuse, swallowed errors, overflows, losses, capped slow laps."""
