@@ -113,7 +113,7 @@ def test_a_rise_of_a_gib_is_creep_below_the_share(run: Capture, allocator: Alloc
         messages.append([f.message for f in found(window(run), ("memory_creep",))])
     assert messages[2] == [
         "device memory creeps: the window's peak allocated 41.50 GiB is 1.50 GiB (4%) above "
-        "the 40.00 GiB of 1 windows earlier"
+        "the 40.00 GiB of 1 window earlier"
     ]
 
 
@@ -211,7 +211,7 @@ def test_the_warm_up_is_a_setting(allocator: Allocator) -> None:
         cap.lt.shutdown()
     assert [f.message for f in second] == [
         "device memory creeps: the window's peak allocated 12.00 GiB is 2.00 GiB (20%) above "
-        "the 10.00 GiB of 1 windows earlier"
+        "the 10.00 GiB of 1 window earlier"
     ]
     with pytest.raises(ValueError, match=r"warmup_windows=-1 must be a whole number >= 0"):
         thresholds({"warmup_windows": -1})

@@ -191,6 +191,13 @@ class Looptrace:
         except Exception:
             self._incidents.failed("keeping a window in the run's history")
         snapshot = reduce_or_keep(snapshot, self._incidents, reduce=across_ranks)  # counts it
+        straggler = snapshot.straggler
+        if straggler is not None and straggler.chronic_rank is not None:
+            # Every rank reduced the same straggler: every rank traces its next step, one trace.
+            try:
+                engine.windows.trace_next(subtree)
+            except Exception:
+                self._incidents.failed("tracing the step after a chronic straggler")
         for sink in self._outputs.on_reset:
             try:
                 sink(snapshot)

@@ -270,7 +270,7 @@ class Engine:
         if in_place:
             if parent is None:
                 reads = self.tracer is not None and self.spans.spans_read()
-                in_place = not reads or not self.sampler.traces(node_state.laps)
+                in_place = not reads or not self.spans.sampled(node, node_state.laps)
             else:
                 in_place = self.spans.child_context(parent) is None
         if not in_place:

@@ -55,7 +55,7 @@ def memory_creep(
             snapshot.rank,
             f"device memory creeps: the window's peak allocated {peak / _GIB:.2f} GiB is "
             f"{rise / _GIB:.2f} GiB ({share:.0%}) above the {base / _GIB:.2f} GiB of "
-            f"{windows} windows earlier",
+            f"{windows} window{'' if windows == 1 else 's'} earlier",
             "look for tensors kept across steps: a loss kept with its graph, growing lists "
             "or caches",
             {"peak_bytes": peak, "baseline_bytes": base, "rise_bytes": rise, "share": share,
