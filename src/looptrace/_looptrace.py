@@ -56,11 +56,9 @@ class Looptrace:
         self.root = Timer(engine, "root", None)
         self.roles = Roles()  # configure(roles=..., wait_sections=...)
         self.limits: Mapping[str, float] = DEFAULTS  # configure(diagnosis_thresholds=...)
-        self._history = RunHistory()
-        # (configured roles, marked paths, both): the roles of the latest window closed
-        self._marked_roles: tuple[Roles, frozenset[str], Roles] | None = (
-            None  # what memory creep and throughput drops compare with
-        )
+        self._history = RunHistory()  # what memory creep and throughput drops compare with
+        # (configured roles, paths marked `wait=True`, both): the latest window's roles
+        self._marked_roles: tuple[Roles, frozenset[str], Roles] | None = None
         engine.reset_timer = self._reset_timer
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=_after_fork_hook(self))
