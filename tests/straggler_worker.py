@@ -16,10 +16,16 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+import torch
 import torch.distributed as dist
 
 from looptrace import RankInfo
 from looptrace.testing import Capture, capture
+
+try:
+    from tests.allocator import GIB, Allocator
+except ImportError:  # run as a script: tests/ is the first import path
+    from allocator import GIB, Allocator  # type: ignore[no-redef]
 
 STEPS = 5
 CHRONIC_SLOW = {0, 1, 2, 4, 5, 6, 8}  # the windows of "chronic" where the slow rank is slow
@@ -86,15 +92,75 @@ def chronic(cap: Capture, rank: int, world: int, window: int) -> None:
     steps(cap, "chronic", slowed("forward", window in CHRONIC_SLOW, rank, world))
 
 
+def marked_wait(cap: Capture, rank: int, world: int, window: int) -> None:
+    """Slow one rank 20 ms a step in forward; the all-reduce marked `record(..., wait=True)`."""
+    timer = cap.lt.timer("marked_wait")
+    sections = slowed("forward", True, rank, world)
+    sections["allreduce"] = sections.pop("backward")
+    for _ in range(STEPS):
+        timer.record()
+        for section, seconds in sections.items():
+            timer.record(section, wait=section == "allreduce")
+            cap.clock.advance(seconds)
+    timer.stop()
+
+
+def throughput_drop(cap: Capture, rank: int, world: int, window: int) -> None:
+    """Count 32 samples a step; in window 4 the slow rank takes 50 ms more in forward a step.
+
+    Every rank waits for it in backward: each rank's samples per second drop alike.
+    """
+    timer = cap.lt.timer("throughput_drop")
+    sections = slowed("forward", window == 4, rank, world)
+    if window == 4:
+        sections["forward" if rank == slow_rank(world) else "backward"] += 0.030
+    for _ in range(STEPS):
+        timer.record()
+        timer.count("samples", 32)
+        for section, seconds in sections.items():
+            timer.record(section)
+            cap.clock.advance(seconds)
+    timer.stop()
+
+
+def memory(cap: Capture, rank: int, world: int, window: int) -> None:
+    """Creep the slow rank's device peak 1 GiB a window; reserve 76 of 80 GiB in the last."""
+    allocator = ALLOCATOR[0]
+    allocator.use(0, 0)
+    allocator.reset_peak_memory_stats()
+    creeps = rank == slow_rank(world) and window >= 2
+    allocated = (10 + (window - 1 if creeps else 0)) * GIB
+    reserved = 76 * GIB if creeps and window == 3 else 40 * GIB
+    allocator.use(allocated, reserved)
+    steps(cap, "memory", {"data": 0.005, "forward": 0.060, "backward": 0.035})
+
+
+ALLOCATOR: list[Allocator] = []  # the stand-in for torch's CUDA allocator, once installed
+
 Scenario = Callable[[Capture, int, int, int], None]
-SCENARIOS: dict[str, tuple[Scenario, int, tuple[str, ...]]] = {
-    "healthy": (healthy, 2, ("backward",)),
-    "input_bound": (input_bound, 1, ("backward",)),
-    "slow_forward": (slow_forward, 1, ("backward",)),
-    "slow_data": (slow_data, 1, ("backward",)),
-    "no_wait_section": (no_wait_section, 1, ()),
-    "chronic": (chronic, 10, ("backward",)),
+SCENARIOS: dict[str, tuple[Scenario, int, dict[str, Any]]] = {
+    "healthy": (healthy, 2, {"wait_sections": ("backward",)}),
+    "input_bound": (input_bound, 1, {"wait_sections": ("backward",)}),
+    "slow_forward": (slow_forward, 1, {"wait_sections": ("backward",)}),
+    "slow_data": (slow_data, 1, {"wait_sections": ("backward",)}),
+    "no_wait_section": (no_wait_section, 1, {}),
+    # untraced but for the step after each window that names a chronic straggler
+    "chronic": (chronic, 10, {"wait_sections": ("backward",), "trace_every": 0, "run_id": "j"}),
+    "marked_wait": (marked_wait, 1, {}),
+    "throughput_drop": (throughput_drop, 5, {"wait_sections": ("backward",)}),
+    # windows of every timer (`lt.reset`): those that carry memory
+    "memory": (memory, 4, {"wait_sections": ("backward",), "device_memory": True}),
 }
+
+
+def traced_laps(cap: Capture, name: str) -> list[list[Any]]:
+    """Return `[step, trace id]` of every traced lap of timer `name`, in step order."""
+    laps = [
+        [(s.attributes or {}).get("looptrace.step"), f"{s.context.trace_id:032x}"]
+        for s in cap.finished_spans()
+        if s.name == name and s.context is not None
+    ]
+    return sorted(laps)
 
 
 def window_result(snapshot: Any) -> dict[str, Any]:
@@ -120,15 +186,18 @@ def main(store: str, out: str) -> None:
     dist.init_process_group(
         "gloo", init_method=f"file://{store}", rank=info.rank, world_size=info.world_size
     )
-    results: dict[str, list[dict[str, Any]]] = {}
-    for name, (run, windows, waits) in SCENARIOS.items():
-        cap = capture(rank=info, wait_sections=waits)
+    ALLOCATOR.append(Allocator().install(setattr, torch.cuda))
+    results: dict[str, Any] = {}
+    for name, (run, windows, options) in SCENARIOS.items():
+        cap = capture(rank=info, **options)
         results[name] = []
         for window in range(windows):
             run(cap, info.rank, info.world_size, window)
-            snapshot = cap.lt.timer(name).reset(across_ranks=True)
+            timer = cap.lt if name == "memory" else cap.lt.timer(name)
+            snapshot = timer.reset(across_ranks=True)
             results[name].append(window_result(snapshot))
         cap.lt.shutdown()
+        results[f"{name}_traced"] = traced_laps(cap, name)
     dist.barrier()
     dist.destroy_process_group()
     with open(out, "w") as file:

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from looptrace import ConfigError, Snapshot
+from looptrace import ConfigError, Snapshot, TimerError
 from looptrace._stats.diagnosis import Finding
-from looptrace._stats.straggler import Straggler, StragglerCount, cause_of
+from looptrace._stats.straggler import RankFigures, Straggler, StragglerCount, cause_of
 from looptrace._stats.thresholds import DEFAULTS, markdown_table, thresholds
 from looptrace.testing import Capture, capture
 
@@ -299,3 +299,58 @@ def test_configure_takes_roles_and_thresholds() -> None:
         assert warnings(snap.diagnosis()) == []
     finally:
         cap.lt.shutdown()
+
+
+def test_wait_true_marks_that_path_as_a_wait_section(cap: Capture) -> None:
+    """record(name, wait=True) and section(name, wait=True) mark those paths only, as wait."""
+    train, evaluate = cap.lt.timer("train"), cap.lt.timer("eval")
+    for _ in range(2):
+        train.record()
+        train.record("forward")
+        cap.clock.advance(0.06)
+        train.record("allreduce", wait=True)
+        cap.clock.advance(0.03)
+        with train.section("sync", wait=True):
+            cap.clock.advance(0.01)
+    train.stop()
+    with evaluate.section("allreduce"):  # the same name elsewhere: not marked
+        cap.clock.advance(0.5)
+    snap = cap.lt.reset()
+    assert snap.roles.wait_paths == {"root.train.allreduce", "root.train.sync"}
+    assert {p: snap.roles.of(p) for p in snap} == {
+        "root.eval": None,
+        "root.eval.allreduce": None,
+        "root.train": None,
+        "root.train.allreduce": "wait",
+        "root.train.forward": None,
+        "root.train.sync": "wait",
+    }
+    figures = RankFigures.of(snap, snap.roles)
+    assert (figures.waits, figures.wait_s) == (True, pytest.approx(0.08))
+
+
+def test_wait_true_has_the_effect_of_wait_sections(cap: Capture) -> None:
+    """A path marked wait=True counts as configure(wait_sections=...) names count it."""
+    by_name = capture(wait_sections=("allreduce",))
+    try:
+        snaps = []
+        for run, mark in ((cap, True), (by_name, False)):
+            train = run.lt.timer("train")
+            train.record()
+            train.record("forward")
+            run.clock.advance(0.06)
+            train.record("allreduce", wait=mark)
+            run.clock.advance(0.04)
+            train.stop()
+            snaps.append(run.lt.reset())
+    finally:
+        by_name.lt.shutdown()
+    marked, named = (RankFigures.of(s, s.roles) for s in snaps)
+    assert marked == named
+
+
+def test_record_wait_without_a_section_is_a_timer_error(cap: Capture) -> None:
+    """record(wait=True) marks nothing and says it needs a section name."""
+    with pytest.raises(TimerError, match=r"root\.train\.record\(wait=True\) needs the name"):
+        cap.lt.timer("train").record(wait=True)
+    assert cap.lt.reset().roles.wait_paths == frozenset()

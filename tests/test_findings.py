@@ -126,3 +126,29 @@ def test_at_most_five_most_severe_first() -> None:
             "  warning  chronic_straggler: chronic_straggler on 3 (1 of 2 windows)",
         ]
     )
+
+
+def test_a_throughput_drop_over_the_run_reaches_the_summary(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The live run's history names a dropping window in its line; the summary prints it."""
+    path = tmp_path / "snapshots.jsonl"
+    cap = capture(snapshot_file=path)
+    timer = cap.lt.timer("train")
+    for samples in (100, 100, 100, 100, 70):
+        for _ in range(4):
+            timer.record()
+            timer.count("samples", samples)
+            timer.record("forward")
+            cap.clock.advance(0.1)
+        timer.stop()
+        cap.lt.reset()
+    cap.lt.shutdown()
+    out = _summary(capsys, path).splitlines()
+    assert out[:3] == [
+        "findings (1 of 1, most severe first):",
+        "  warning  throughput_drop: root.train counted 700 samples/s, 30% below the run's "
+        "median 1000 samples/s over 4 windows (1 of 5 windows); try: compare this window's "
+        "sections with an earlier one's: which grew, and what else ran then",
+        "",
+    ]

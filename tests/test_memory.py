@@ -5,60 +5,20 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from looptrace import ConfigError
 from looptrace.testing import capture
+from tests.allocator import GIB, Allocator
 
 torch = pytest.importorskip("torch")
-
-GIB = 1 << 30
-
-
-class Allocator:
-    """A stand-in for torch's CUDA caching allocator: `torch.cuda.memory_stats()` and its resets."""
-
-    def __init__(self) -> None:
-        self.allocated = self.peak_allocated = 0
-        self.reserved = self.peak_reserved = 0
-        self.retries = self.ooms = 0
-        self.resets = 0
-        self.reads = 0
-
-    def use(self, allocated: int, reserved: int) -> None:
-        """Hold `allocated` bytes in `reserved` bytes now."""
-        self.allocated, self.reserved = allocated, reserved
-        self.peak_allocated = max(self.peak_allocated, allocated)
-        self.peak_reserved = max(self.peak_reserved, reserved)
-
-    def memory_stats(self, device: Any = None) -> dict[str, int]:
-        """Return the figures looptrace reads, as torch names them."""
-        self.reads += 1
-        return {
-            "allocated_bytes.all.current": self.allocated,
-            "allocated_bytes.all.peak": self.peak_allocated,
-            "reserved_bytes.all.current": self.reserved,
-            "reserved_bytes.all.peak": self.peak_reserved,
-            "num_alloc_retries": self.retries,
-            "num_ooms": self.ooms,
-        }
-
-    def reset_peak_memory_stats(self, device: Any = None) -> None:
-        """Start the peaks from what is held now."""
-        self.resets += 1
-        self.peak_allocated, self.peak_reserved = self.allocated, self.reserved
 
 
 @pytest.fixture
 def allocator(monkeypatch: pytest.MonkeyPatch) -> Allocator:
     """torch.cuda initialised, its memory statistics answered by an `Allocator`."""
-    stand_in = Allocator()
-    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
-    monkeypatch.setattr(torch.cuda, "memory_stats", stand_in.memory_stats)
-    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", stand_in.reset_peak_memory_stats)
-    return stand_in
+    return Allocator().install(monkeypatch.setattr, torch.cuda)
 
 
 def test_host_memory_in_every_window() -> None:
@@ -181,3 +141,17 @@ def test_device_memory_setting_is_checked() -> None:
     """device_memory must be True, False or None: anything else is a ConfigError naming it."""
     with pytest.raises(ConfigError, match="device_memory must be True, False or None, got 'on'"):
         capture(device_memory="on")
+
+
+def test_the_device_total_is_read_at_the_close(allocator: Allocator) -> None:
+    """Each window has the device's total memory from its properties; None where unreadable."""
+    cap = capture(trace_every=0, device_memory=True)
+    try:
+        known = cap.lt.reset().memory
+        allocator.total = None
+        unknown = cap.lt.reset().memory
+    finally:
+        cap.lt.shutdown()
+    assert known is not None and unknown is not None
+    assert (known.device_total, unknown.device_total) == (80 * GIB, None)
+    assert unknown.device_alloc_retries == 0  # the other figures are kept

@@ -180,3 +180,94 @@ def test_a_chronic_straggler_is_named_from_its_sixth_window_of_ten(job: Any) -> 
         for window in range(10)
     ]
     assert kinds == expected
+
+
+def test_a_chronic_straggler_gets_its_next_step_traced_on_every_rank(job: Any) -> None:
+    """Untraced otherwise, the step after each window naming the chronic straggler is traced.
+
+    Windows 6, 7 and 8 name it and end after steps 34, 39, 44: steps 35, 40 and 45 are
+    traced on every rank, each rank's spans of a step in the same trace.
+    """
+    _, results = job
+    traced = [r["chronic_traced"] for r in results]
+    assert [step for step, _ in traced[0]] == [35, 40, 45]
+    assert all(t == traced[0] for t in traced)
+
+
+def test_a_section_marked_wait_true_names_the_straggler(job: Any) -> None:
+    """record("allreduce", wait=True) marks the wait as wait_sections would: slow rank named."""
+    world, results = job
+    slow = slow_rank(world)
+    [window] = alike(results, "marked_wait")
+    assert window["findings"] == [straggler_finding("marked_wait", slow, "forward", "31%")]
+    assert window["straggler"]["by"] == "wait"
+
+
+def test_a_throughput_drop_is_named_on_every_rank_with_its_straggler(job: Any) -> None:
+    """A rank 50 ms slower a step in window 4: every rank's rate drops a third; it is named."""
+    world, results = job
+    slow = slow_rank(world)
+    path = "root.throughput_drop"
+    for rank, result in enumerate(results):
+        windows = result["throughput_drop"]
+        assert [w["findings"] for w in windows[:4]] == [[]] * 4
+        assert [(f["kind"], f["rank"]) for f in windows[4]["findings"]] == [
+            ("straggler", slow),
+            ("throughput_drop", rank),
+        ]
+        assert windows[4]["findings"][1] == {
+            "kind": "throughput_drop",
+            "severity": "warning",
+            "path": path,
+            "rank": rank,
+            "message": f"{path} counted 213.3 samples/s, 33% below the run's median 320 "
+            "samples/s over 4 windows",
+            "action": "compare this window's sections with an earlier one's: which grew, and "
+            "what else ran then",
+        }
+
+
+def test_memory_creep_and_pressure_name_the_rank_that_has_them(job: Any) -> None:
+    """The slow rank's device peak creeps 1 GiB a window and reserves 95 %: it alone says so."""
+    world, results = job
+    slow = slow_rank(world)
+    creep_action = (
+        "look for tensors kept across steps: a loss kept with its graph, growing lists or caches"
+    )
+    for rank, result in enumerate(results):
+        found = [w["findings"] for w in result["memory"]]
+        if rank != slow:
+            assert found == [[]] * 4
+            continue
+        assert found[:2] == [[], []]
+        assert found[2] == [
+            {
+                "kind": "memory_creep",
+                "severity": "warning",
+                "path": None,
+                "rank": slow,
+                "message": "device memory creeps: the window's peak allocated 11.00 GiB is "
+                "1.00 GiB (10%) above the 10.00 GiB of 1 window earlier",
+                "action": creep_action,
+            }
+        ]
+        assert found[3] == [
+            {
+                "kind": "memory_creep",
+                "severity": "warning",
+                "path": None,
+                "rank": slow,
+                "message": "device memory creeps: the window's peak allocated 12.00 GiB is "
+                "2.00 GiB (20%) above the 10.00 GiB of 2 windows earlier",
+                "action": creep_action,
+            },
+            {
+                "kind": "memory_pressure",
+                "severity": "warning",
+                "path": None,
+                "rank": slow,
+                "message": "the window's peak reserved 76.00 GiB is 95% of the device's 80.00 GiB",
+                "action": "a smaller batch or sequence, activation checkpointing, or "
+                "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True against fragmentation",
+            },
+        ]

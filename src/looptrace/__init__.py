@@ -20,8 +20,8 @@ if TYPE_CHECKING:  # the names below are imported on first use: the CLI's offlin
     from looptrace._export.id_generator import StepIdGenerator
     from looptrace._export.processor import AggregatingSpanProcessor
     from looptrace._looptrace import Looptrace
-    from looptrace._stats.diagnosis import Finding
     from looptrace._stats.errors import ConfigError, TimerError
+    from looptrace._stats.finding import Finding
     from looptrace._stats.health import Health
     from looptrace._stats.memory import WindowMemory
     from looptrace._stats.rates import Rate
@@ -60,7 +60,7 @@ _LAZY = {
     "Clock": "looptrace._core.clock",
     "ConfigError": "looptrace._stats.errors",
     "DeviceClock": "looptrace._core.device",
-    "Finding": "looptrace._stats.diagnosis",
+    "Finding": "looptrace._stats.finding",
     "Health": "looptrace._stats.health",
     "Looptrace": "looptrace._looptrace",
     "MonotonicClock": "looptrace._core.clock",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import weakref
@@ -17,6 +18,7 @@ from looptrace._export.outputs import Outputs
 from looptrace._export.processor import AggregatingSpanProcessor
 from looptrace._stats.aggregator import Aggregator
 from looptrace._stats.health import Health, Incidents
+from looptrace._stats.history import RunHistory
 from looptrace._stats.memory import MemoryReader
 from looptrace._stats.roles import Roles
 from looptrace._stats.snapshot import Snapshot
@@ -56,6 +58,9 @@ class Looptrace:
         self.root = Timer(engine, "root", None)
         self.roles = Roles()  # configure(roles=..., wait_sections=...)
         self.limits: Mapping[str, float] = DEFAULTS  # configure(diagnosis_thresholds=...)
+        self._history = RunHistory()  # what memory creep and throughput drops compare with
+        # (configured roles, paths marked `wait=True`, both): the latest window's roles
+        self._marked_roles: tuple[Roles, frozenset[str], Roles] | None = None
         engine.reset_timer = self._reset_timer
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=_after_fork_hook(self))
@@ -180,20 +185,44 @@ class Looptrace:
             return self._deliver(snapshot, across_ranks=across_ranks, subtree=subtree)
 
     def _deliver(self, snapshot: Snapshot, *, across_ranks: bool, subtree: str | None) -> Snapshot:
-        """Complete a closed window (memory, ranks) and hand it to every output."""
-        snapshot.roles, snapshot.limits = self.roles, self.limits
+        """Complete a closed window (memory, ranks, history) and hand it to every output."""
+        snapshot.roles, snapshot.limits = self._roles(), self.limits
         if subtree is None:  # the process's memory: in the windows of every timer only
             try:
                 snapshot.memory = self._memory.read()
             except Exception:
                 self._incidents.failed("reading the memory of a window")
+        try:
+            snapshot.past = self._history.add(snapshot, int(self.limits["warmup_windows"]))
+        except Exception:
+            self._incidents.failed("keeping a window in the run's history")
         snapshot = reduce_or_keep(snapshot, self._incidents, reduce=across_ranks)  # counts it
+        straggler = snapshot.straggler
+        if straggler is not None and straggler.chronic_rank is not None:
+            # Every rank reduced the same straggler: every rank traces its next step, one trace.
+            try:
+                self._engine.windows.trace_next(subtree)
+            except Exception:
+                self._incidents.failed("tracing the step after a chronic straggler")
         for sink in self._outputs.on_reset:
             try:
                 sink(snapshot)
             except Exception:
                 self._incidents.failed(f"reset output {sink!r}")
         return snapshot
+
+    def _roles(self) -> Roles:
+        """Return the configured roles with the paths marked `wait=True` so far."""
+        marked = self._engine.wait_paths
+        roles = self._marked_roles
+        if roles is None or roles[0] is not self.roles or roles[1] is not marked:
+            with_marks = self.roles
+            if marked:
+                with_marks = dataclasses.replace(
+                    self.roles, wait_paths=self.roles.wait_paths | marked
+                )
+            roles = self._marked_roles = (self.roles, marked, with_marks)
+        return roles[2]
 
     def health(self) -> Health:
         """Return the counts of misuse, swallowed errors, overflows, losses, capped slow laps."""

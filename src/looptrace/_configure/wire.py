@@ -18,9 +18,10 @@ from looptrace._distributed.ranks import RankInfo
 from looptrace._export.app_metrics import ReaderHooks
 from looptrace._export.exit import install_exit_flush
 from looptrace._export.files import PathLike
+from looptrace._export.findings_log import FindingsLog
 from looptrace._export.outputs import Outputs
 from looptrace._export.run_settings import RunSettings, resolve_run
-from looptrace._export.settings import ExportOptions, SlowLapFactor, histogram_kind
+from looptrace._export.settings import ExportOptions, SlowLapFactor, diagnose_mode, histogram_kind
 from looptrace._export.settings import slow_lap_factor as slow_lap_factor_of
 from looptrace._looptrace import Looptrace
 from looptrace._stats.aggregator import Aggregator
@@ -66,6 +67,7 @@ def configure(
     wait_sections: Iterable[str] = (),
     diagnosis_thresholds: Mapping[str, float] | None = None,
     device_memory: bool | None = None,
+    diagnose: str | None = None,
 ) -> Looptrace:
     """Set up looptrace and return the handle that makes timers and resets windows.
 
@@ -141,6 +143,10 @@ def configure(
             process-wide: with None (the default) looptrace does it only when no other
             looptrace in the process does; True does it even so; False reads no device
             figure (pass it when your code or another tool resets the peak itself).
+        diagnose: `"log"` logs each finding of the diagnosis (warning or worse) to the
+            `looptrace` logger once when it appears and once when it clears, at each
+            window's close (off the training thread); `"off"` does not; None (the default)
+            reads `LOOPTRACE_DIAGNOSE`.
 
     Each exporter argument falls back to its standard `OTEL_*` variable (see the docs'
     Configuration page, docs/configuration.md).
@@ -165,6 +171,7 @@ def configure(
     )
     slow_factor = slow_lap_factor_of(slow_lap_factor)
     kind = histogram_kind(histogram)
+    diagnose_to = diagnose_mode(diagnose)
     _check_max_paths(max_paths)
     if device_memory is not None and not isinstance(device_memory, bool):
         raise ConfigError(f"device_memory must be True, False or None, got {device_memory!r}")
@@ -224,6 +231,10 @@ def configure(
         memory=MemoryReader(device_memory),
     )
     lt.roles, lt.limits = answers
+    if diagnose_to == "log":
+        findings_log = FindingsLog(incidents)
+        outputs.on_reset.append(findings_log)
+        outputs.on_shutdown.append(findings_log.close)
     return lt
 
 

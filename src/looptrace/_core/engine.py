@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -67,6 +68,10 @@ class Engine:
             incidents=incidents,
         )
         self.closed = False
+        # Paths marked as sections where ranks wait for each other (`wait=True`): replaced,
+        # never changed, so a window's close reads them without a lock.
+        self.wait_paths: frozenset[str] = frozenset()
+        self._marking = threading.Lock()
         # States `shutdown()` could not close (a timer call under way outlasted its wait):
         # each one's owner ends what it left running at its next call (`refuse`).
         self.left: list[ThreadState] = []
@@ -89,6 +94,11 @@ class Engine:
                 step_traces=step_traces,
                 incidents=incidents,
             )
+
+    def mark_wait(self, path: str) -> None:
+        """Mark `path` as a section where ranks wait for each other (its role is `wait`)."""
+        with self._marking:
+            self.wait_paths = self.wait_paths | {path}
 
     def refuse(self, message: str) -> None:
         """Count a timer call after `shutdown()`, which does nothing, as misuse.
@@ -260,7 +270,7 @@ class Engine:
         if in_place:
             if parent is None:
                 reads = self.tracer is not None and self.spans.spans_read()
-                in_place = not reads or not self.sampler.traces(node_state.laps)
+                in_place = not reads or not self.spans.sampled(node, node_state.laps)
             else:
                 in_place = self.spans.child_context(parent) is None
         if not in_place:

@@ -46,6 +46,9 @@ class LapSpans:
         self._holder: Any = None
         self._own: object = None
         self._bases: dict[Timer, dict[str, str | int]] = {}
+        # Timer path -> an outermost lap traced whatever the sampler says (after a chronic
+        # straggler was named, every rank's next step): replaced whole, never changed.
+        self.forced: dict[str, int] = {}
 
     def watch(self, holder: object, own: object) -> None:
         """Read spans only while `holder._span_processors` has a processor besides `own`.
@@ -63,13 +66,24 @@ class LapSpans:
         found = holder._span_processors
         return len(found) > 1 or (len(found) == 1 and found[0] is not self._own)
 
-    def traced(self, step: int) -> bool:
-        """Whether outermost lap `step` gets spans: sampled, and something reads them."""
-        return self.tracer is not None and self.sampler.traces(step) and self.spans_read()
+    def sampled(self, node: Timer, step: int) -> bool:
+        """Whether outermost lap `step` of `node` is to be traced: sampled, or forced."""
+        if self.sampler.traces(step):
+            return True
+        forced = self.forced
+        return bool(forced) and forced.get(node.path) == step
+
+    def force(self, laps: dict[str, int]) -> None:
+        """Trace lap `laps[path]` of each outermost timer `path`, whatever the sampler says."""
+        self.forced = {**self.forced, **laps}
+
+    def traced(self, node: Timer, step: int) -> bool:
+        """Whether outermost lap `step` of `node` gets spans: sampled, and something reads them."""
+        return self.tracer is not None and self.sampled(node, step) and self.spans_read()
 
     def lap_context(self, node: Timer, step: int) -> Context | None:
         """Return the parent context of a traced outermost lap, None when it is not traced."""
-        if not self.traced(step):
+        if not self.traced(node, step):
             return None
         if self.step_traces is None:
             return Context()

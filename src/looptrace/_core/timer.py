@@ -128,19 +128,31 @@ class Timer:
         mine = self._engine.state().nodes.get(self)
         return mine is not None and bool(mine.stack)
 
-    def record(self, name: object = None) -> None:  # noqa: PLR0912 - hot path, inlined
+    def record(  # noqa: PLR0912 - hot path, inlined
+        self, name: object = None, *, wait: bool = False
+    ) -> None:
         """Lap this timer, or switch it to section `name` (a str).
 
         `record()` ends the running interval (one measurement) and starts the next at the same
         instant, or starts one on a stopped timer. `record(name)` starts this timer if needed,
         ends the running sibling sections, and starts `name` (lapping it if it was running).
+        `wait=True` marks section `name` as one where ranks wait for each other (a
+        collective), as `configure(wait_sections=...)` does by name, for this path.
+
+        Raises:
+            TimerError: `wait=True` without a section name.
+
         """
         if name is None:
             child = None
+            if wait:
+                raise TimerError(f"{self.path}.record(wait=True) needs the name of a section")
         else:
             child = self._children.get(name) if isinstance(name, str) else None
             if child is None:  # first use, or not a name at all
                 child = self.timer(name)
+            if wait and child.path not in self._engine.wait_paths:
+                self._engine.mark_wait(child.path)
         engine = self._engine
         if engine.closed:
             engine.refuse(f"{self.path}.record() after shutdown()")
@@ -248,16 +260,19 @@ class Timer:
         key = self._units[name] = (self.path, name)
         return key
 
-    def section(self, name: object) -> Section:
+    def section(self, name: object, *, wait: bool = False) -> Section:
         """Return section `name` (a str): a context manager, decorator, or start/stop pair.
 
         Entering it is `record(name)`, except that entering a section that is already running
         in this thread (recursion) nests a new interval instead of lapping it. Leaving it ends
-        that interval only; this timer keeps running.
+        that interval only; this timer keeps running. `wait=True` marks it as a section where
+        ranks wait for each other (see `record`).
         """
         child = self._children.get(name) if isinstance(name, str) else None
         if child is None:  # first use, or not a name at all
             child = self.timer(name)
+        if wait and child.path not in self._engine.wait_paths:
+            self._engine.mark_wait(child.path)
         section = child._section
         if section is None:
             section = child._section = new_section(self, child)

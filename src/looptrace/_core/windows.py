@@ -71,6 +71,24 @@ class Windows:
         ]
         return max(begun, default=None)
 
+    def trace_next(self, subtree: str | None = None) -> None:
+        """Trace the next lap of each outermost timer (of `subtree`) in full, on any sampling.
+
+        The calling thread's timers (every thread's, from a thread with no state), as
+        `steps_begun` counts them: the lap begun next has the index of the laps begun so far,
+        the same on every rank that reaches this point after the same steps.
+        """
+        mine: ThreadState | None = getattr(self.engine.local, "state", None)
+        states = [mine] if mine is not None else self.engine.states.all()
+        laps = {
+            node.path: node.laps
+            for state in states
+            for node in list(state.tops)
+            if _within(node.path, subtree)
+        }
+        if laps:
+            self.engine.spans.force(laps)
+
     def merge_pending(self, state: ThreadState) -> None:
         """Group a thread's log into the window now that it is full (bounds memory)."""
         aggregator = self.engine.aggregator

@@ -301,3 +301,31 @@ def _checked_factor(value: float, source: str, shown: object) -> float:
             f"{source}: expected a number above {_SLOW_LAP_LOW:g} or 'off', got {shown!r}"
         )
     return value
+
+
+# -- diagnosis log -----------------------------------------------------------------------
+
+DiagnoseMode = Literal["off", "log"]
+_DIAGNOSE = "LOOPTRACE_DIAGNOSE"
+
+
+def diagnose_mode(argument: object, environ: Mapping[str, str] | None = None) -> DiagnoseMode:
+    """Resolve `diagnose`: `"off"` or `"log"`; None takes `LOOPTRACE_DIAGNOSE`, else `"off"`.
+
+    Raises:
+        ConfigError: any other value, naming the argument or the variable.
+
+    """
+    shown: object
+    if argument is None:
+        env = os.environ if environ is None else environ
+        text = env_value(_DIAGNOSE, env).strip() or str_value(_DIAGNOSE)
+        source, shown = _DIAGNOSE, text[:40]
+    else:
+        source, shown = "diagnose", argument
+        text = argument if isinstance(argument, str) else ""
+    for mode in setting(_DIAGNOSE).choices:
+        if text.lower() == mode:
+            return "log" if mode == "log" else "off"
+    choices = " or ".join(map(repr, setting(_DIAGNOSE).choices))
+    raise ConfigError(f"{source}: expected {choices}, got {shown!r}"[:200])

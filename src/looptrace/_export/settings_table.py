@@ -265,6 +265,15 @@ SETTINGS: tuple[Setting, ...] = (
         3.0,
         low=1.0,
     ),
+    Setting(
+        "LOOPTRACE_DIAGNOSE",
+        "diagnose",
+        "`log`: log each finding of the diagnosis (warning or worse) to the `looptrace` "
+        "logger once when it appears and once when it clears, at each window's close; `off`: "
+        "no log",
+        "off",
+        choices=("off", "log"),
+    ),
 )
 
 _BY_NAME = {setting.name: setting for setting in SETTINGS}

@@ -10,73 +10,18 @@ input ("no `data` section: input wait not measured"); it never guesses a role.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from looptrace._stats.finding import KINDS, SEVERITIES, Finding, abstain, ranked
+from looptrace._stats.finding import level as level_of
 from looptrace._stats.roles import Roles
 from looptrace._stats.straggler import lap_paths
+from looptrace._stats.trends import memory_creep, memory_pressure, throughput_drop
 
 if TYPE_CHECKING:
     from looptrace._stats.snapshot import Snapshot
 
-SEVERITIES = ("critical", "warning", "info")
-KINDS = (
-    "input_bound",
-    "outside_laps",
-    "self_time",
-    "straggler",
-    "chronic_straggler",
-    "slow_steps",
-    "memory_creep",
-    "memory_pressure",
-    "throughput_drop",
-)
-
-
-@dataclass(frozen=True, slots=True)
-class Finding:
-    """One answer: what kind, how bad, where, in one line with its numbers, and what to try.
-
-    `evidence` holds the figures used; `evidence["abstained"]` is True for an `info`
-    finding that only says which input is missing.
-    """
-
-    kind: str
-    severity: str
-    path: str | None
-    rank: int | None
-    message: str
-    action: str
-    evidence: Mapping[str, object] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, object]:
-        """Return the finding as plain data."""
-        return {
-            "kind": self.kind,
-            "severity": self.severity,
-            "path": self.path,
-            "rank": self.rank,
-            "message": self.message,
-            "action": self.action,
-            "evidence": dict(self.evidence),
-        }
-
-
-def ranked(findings: list[Finding]) -> list[Finding]:
-    """Return `findings` most severe first (stable within a severity)."""
-    return sorted(findings, key=lambda f: SEVERITIES.index(f.severity))
-
-
-def _level(share: float, limits: Mapping[str, float], kind: str) -> str | None:
-    if share >= limits[f"{kind}_critical"]:
-        return "critical"
-    if share >= limits[f"{kind}_warning"]:
-        return "warning"
-    return None
-
-
-def _abstain(kind: str, why: str) -> Finding:
-    return Finding(kind, "info", None, None, why, "", {"abstained": True})
+__all__ = ["KINDS", "SEVERITIES", "Finding", "diagnose", "ranked"]
 
 
 def diagnose(snapshot: Snapshot, roles: Roles, limits: Mapping[str, float]) -> list[Finding]:
@@ -106,13 +51,13 @@ def _input_bound(
     ]
     if not found:
         names = ", ".join(f"`{n}`" for n in sorted(roles.data)) or "data"
-        return [_abstain("input_bound", f"no {names} section: input wait not measured")]
+        return [abstain("input_bound", f"no {names} section: input wait not measured")]
     out = []
     for lap, path in found:
         lap_s = _typical_total(snapshot, lap)
         data_s = _typical_total(snapshot, path)
         share = data_s / lap_s if lap_s > 0 else 0.0
-        level = _level(share, limits, "input_bound")
+        level = level_of(share, limits, "input_bound")
         if level is not None:
             who = "the typical rank's" if snapshot.across_ranks is not None else "the"
             out.append(
@@ -140,7 +85,7 @@ def _outside_laps(
     """
     wall_s = (snapshot.end_ns - snapshot.start_ns) / 1e9
     if not laps or wall_s <= 0:
-        return [_abstain("outside_laps", "no lap in the window: time outside laps not measured")]
+        return [abstain("outside_laps", "no lap in the window: time outside laps not measured")]
     main = max(laps, key=lambda p: snapshot[p].total)
     others = {p: snapshot[p].total for p in laps if p != main}
     inside = [p for p in snapshot if p.startswith(f"{main}.")]
@@ -149,7 +94,7 @@ def _outside_laps(
     )
     outside_s = sum(others.values())
     share = outside_s / wall_s
-    level = _level(share, limits, "outside_laps")
+    level = level_of(share, limits, "outside_laps")
     if level is None:
         return []
     largest = sorted(others, key=lambda p: -others[p])[:3]
@@ -182,7 +127,7 @@ def _self_time(
         if stats.total <= 0 or not any(p.startswith(f"{lap}.") for p in snapshot):
             continue  # a lap without sections explains nothing and hides nothing
         share = stats.self_time / stats.total
-        level = _level(share, limits, "self_time")
+        level = level_of(share, limits, "self_time")
         if level is not None:
             out.append(
                 Finding(
@@ -203,11 +148,11 @@ def _straggler(
 ) -> list[Finding]:
     straggler = snapshot.straggler
     if snapshot.across_ranks is None:
-        return [_abstain("straggler", "no cross-rank window: stragglers not looked for")]
+        return [abstain("straggler", "no cross-rank window: stragglers not looked for")]
     if straggler is None:
-        return [_abstain("straggler", "fewer than two ranks ran laps: no straggler to name")]
+        return [abstain("straggler", "fewer than two ranks ran laps: no straggler to name")]
     out = []
-    level = _level(straggler.share, limits, "straggler")
+    level = level_of(straggler.share, limits, "straggler")
     evidence: dict[str, object] = {"share": straggler.share, **straggler.to_dict()}
     if level is not None:
         cause = straggler.cause or "spread over several sections: " + ", ".join(
@@ -281,22 +226,13 @@ def _slow_steps(
     return out
 
 
-def _not_measured(kind: str, what: str) -> Callable[..., list[Finding]]:
-    def check(
-        snapshot: Snapshot, laps: list[str], roles: Roles, limits: Mapping[str, float]
-    ) -> list[Finding]:
-        return [_abstain(kind, f"no {what} in the window: {kind.replace('_', ' ')} not watched")]
-
-    return check
-
-
 _CHECKS: tuple[Callable[[Snapshot, list[str], Roles, Mapping[str, float]], list[Finding]], ...] = (
     _input_bound,
     _outside_laps,
     _self_time,
     _straggler,
     _slow_steps,
-    _not_measured("memory_creep", "device memory counters"),
-    _not_measured("memory_pressure", "device memory counters"),
-    _not_measured("throughput_drop", "item counts (`count()`)"),
+    memory_creep,
+    memory_pressure,
+    throughput_drop,
 )

@@ -22,6 +22,8 @@ class WindowMemory:
     the most the allocator held during the window (None when looptrace does not own the peak
     reset: see `configure(device_memory=...)`), `device_alloc_retries` and `device_ooms` the
     allocator's retries after freeing its cache and its out-of-memory errors in the window.
+    `device_total` is the current device's total memory (its properties, read at the close;
+    None where it cannot be read).
     """
 
     host_rss: int | None
@@ -30,6 +32,7 @@ class WindowMemory:
     device_peak_reserved: int | None = None
     device_alloc_retries: int | None = None
     device_ooms: int | None = None
+    device_total: int | None = None
 
     def to_dict(self) -> dict[str, int | None]:
         """Return the figures as a plain dict (None where not measured)."""
@@ -40,10 +43,12 @@ class WindowMemory:
         flat: dict[str, float] = {}
         for key, value in self.to_dict().items():
             if value is not None and not math.isnan(value):
-                name = key if key in {"device_alloc_retries", "device_ooms"} else f"{key}_bytes"
+                name = key if key in _COUNTS else f"{key}_bytes"
                 flat[name] = float(value)
         return flat
 
+
+_COUNTS = frozenset({"device_alloc_retries", "device_ooms"})  # figures that are not sizes
 
 # The reader that owns the CUDA peak reset (`MemoryReader.owns_peak`): one per process, held
 # weakly, so a reader dropped without `shutdown()` leaves it to the next.
@@ -85,7 +90,7 @@ class MemoryReader:
         device = self._cuda() if self._device else None
         if device is None:
             return WindowMemory(rss, peak)
-        stats, reset = device
+        stats, reset, total = device
         try:
             current = stats()
             retries = int(current.get("num_alloc_retries", 0))
@@ -104,12 +109,15 @@ class MemoryReader:
             device_peak_reserved=reserved,
             device_alloc_retries=max(retries - self._retries, 0),
             device_ooms=max(ooms - self._ooms, 0),
+            device_total=_total(total),
         )
         self._retries, self._ooms = retries, ooms
         return window
 
-    def _cuda(self) -> tuple[Callable[[], Mapping[str, Any]], Callable[[], None]] | None:
-        """Return torch's memory statistics and peak reset, None unless CUDA is initialised.
+    def _cuda(
+        self,
+    ) -> tuple[Callable[[], Mapping[str, Any]], Callable[[], None], Callable[[], Any]] | None:
+        """Return torch's memory statistics, peak reset and device properties (None: no CUDA).
 
         torch is never imported here: only a process that imported it can have used CUDA.
         """
@@ -121,7 +129,17 @@ class MemoryReader:
                 return None
         except Exception:
             return None
-        return torch.cuda.memory_stats, torch.cuda.reset_peak_memory_stats
+        cuda = torch.cuda
+        return cuda.memory_stats, cuda.reset_peak_memory_stats, cuda.get_device_properties
+
+
+def _total(properties: Callable[[], Any]) -> int | None:
+    """Return the current device's total memory in bytes, None where it cannot be read."""
+    try:
+        total = properties().total_memory
+    except Exception:
+        return None
+    return total if isinstance(total, int) and total > 0 else None
 
 
 def _owner() -> MemoryReader | None:

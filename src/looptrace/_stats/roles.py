@@ -22,6 +22,8 @@ class Roles:
         wait: where ranks wait for each other (a collective, DDP's all-reduce in `backward`).
         evaluation: evaluation or validation work.
         checkpoint: saving or loading checkpoints.
+        wait_paths: whole paths marked `wait` (`record(name, wait=True)`,
+            `section(name, wait=True)`), whatever their name.
 
     """
 
@@ -29,6 +31,7 @@ class Roles:
     wait: frozenset[str] = frozenset()
     evaluation: frozenset[str] = frozenset()
     checkpoint: frozenset[str] = frozenset()
+    wait_paths: frozenset[str] = frozenset()
     _by_name: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -39,7 +42,9 @@ class Roles:
         object.__setattr__(self, "_by_name", by_name)
 
     def of(self, path: str) -> str | None:
-        """Return the role of the section at `path` (by its last level), or None."""
+        """Return the role of the section at `path` (marked, else by its last level), or None."""
+        if path in self.wait_paths:
+            return "wait"
         return self._by_name.get(path.rpartition(".")[2])
 
     def to_dict(self) -> dict[str, list[str]]:

@@ -21,6 +21,7 @@ from looptrace._stats.thresholds import DEFAULTS, thresholds
 
 if TYPE_CHECKING:
     from looptrace._stats.diagnosis import Finding
+    from looptrace._stats.history import Past
 
 # The statistics `as_metrics()` flattens, in this order.
 METRIC_STATS = ("count", "total", "mean", "min", "max", "std", "p50", "p90", "p99", "self_time")
@@ -92,6 +93,9 @@ class Snapshot(Mapping[str, SectionStats]):
     `rates` holds the units timers counted in the window (`Timer.count`), as `Rate`s per
     path and unit. `memory` is the process's memory at the close (`WindowMemory`) for the
     windows of every timer (`lt.reset()`, `shutdown()`); None for a timer's own window.
+    `past` is what the live looptrace kept of the run before the window (`Past`: memory
+    since the warm-up, earlier rates), for the diagnosis's memory creep and throughput drop;
+    None where nothing was kept (a snapshot made elsewhere).
     """
 
     __slots__ = (
@@ -106,6 +110,7 @@ class Snapshot(Mapping[str, SectionStats]):
         "end_ns",
         "limits",
         "memory",
+        "past",
         "rank",
         "roles",
         "start_ns",
@@ -162,6 +167,12 @@ class Snapshot(Mapping[str, SectionStats]):
         self._rates: Mapping[str, Mapping[str, Rate]] | None = None
         # The process's memory at the window's close (None: not read, e.g. a file's window).
         self.memory = memory
+        # The run before this window, as the live looptrace kept it (None: not kept).
+        self.past: Past | None = None
+
+    def handed_counts(self) -> list[Mapping[tuple[str, str], Tally]]:
+        """Return the units counted in the window by (path, unit), per thread as handed over."""
+        return self._counts
 
     @property
     def rates(self) -> Mapping[str, Mapping[str, Rate]]:

@@ -19,6 +19,7 @@ class Threshold:
 
 _OTHER = "share of the window's wall time in other timers, evaluation and checkpoints"
 _EXCESS = "the straggler's excess, of the typical rank's lap time outside wait sections"
+_CREEP = "rise of the device's peak allocated over its first window after the warm-up"
 TABLE = (
     Threshold("input_bound_warning", 0.10, "share of the typical rank's lap spent in `data`"),
     Threshold("input_bound_critical", 0.20, "share of the typical rank's lap spent in `data`"),
@@ -33,9 +34,15 @@ TABLE = (
     Threshold("chronic_windows", 10, "windows a rank's straggler count looks back over"),
     Threshold("slow_step_factor", 3.0, "a step slower than this many times the median is slow"),
     Threshold("slow_steps_warning", 0.05, "share of the steps that are slow"),
+    Threshold("warmup_windows", 1, "windows at a run's start that memory creep and drops skip"),
+    Threshold("memory_creep_share", 0.10, _CREEP),
+    Threshold("memory_creep_gib", 1.0, _CREEP + " (GiB)"),
+    Threshold("memory_pressure_share", 0.92, "the window's peak reserved, of the device's total"),
+    Threshold("throughput_drop_share", 0.10, "a window's units per second below the run's median"),
 )
 DEFAULTS: Mapping[str, float] = MappingProxyType({t.name: t.default for t in TABLE})
-_WHOLE = ("chronic_count", "chronic_windows")
+_WHOLE = ("chronic_count", "chronic_windows", "warmup_windows")
+_ZERO_OK = ("warmup_windows",)
 
 
 def thresholds(overrides: Mapping[str, float] | None = None) -> Mapping[str, float]:
@@ -43,7 +50,8 @@ def thresholds(overrides: Mapping[str, float] | None = None) -> Mapping[str, flo
 
     Raises:
         ValueError: an unknown name, a value that is not a positive finite number (a whole
-            number for the chronic-straggler counts), or a warning above its critical level.
+            number for the chronic-straggler counts; `warmup_windows` a whole number that
+            may be 0), or a warning above its critical level.
 
     """
     chosen = dict(DEFAULTS)
@@ -55,8 +63,10 @@ def thresholds(overrides: Mapping[str, float] | None = None) -> Mapping[str, flo
         number = (
             float(value) if isinstance(value, int | float) and not isinstance(value, bool) else -1
         )
-        if not (math.isfinite(number) and number > 0) or (name in _WHOLE and number != int(number)):
-            raise ValueError(f"thresholds: {name}={value!r} must be a positive number")
+        lowest_ok = number >= 0 if name in _ZERO_OK else number > 0
+        if not (math.isfinite(number) and lowest_ok) or (name in _WHOLE and number != int(number)):
+            what = "a whole number >= 0" if name in _ZERO_OK else "a positive number"
+            raise ValueError(f"thresholds: {name}={value!r} must be {what}")
         chosen[name] = number
     for kind in ("input_bound", "outside_laps", "self_time", "straggler"):
         if chosen[f"{kind}_warning"] > chosen[f"{kind}_critical"]:
