@@ -188,7 +188,25 @@ def test_slow_steps_are_counted_with_the_worst(cap: Capture) -> None:
         {"slow": 1, "steps": 20, "median_s": pytest.approx(0.1), "worst_s": pytest.approx(1.0)},
     )
     assert found.message == (
-        "1 of 20 root.train steps took over 3x the median 0.100 s; the worst 1.000 s"
+        "1 of 20 root.train steps took over 3x the median 100 ms; the worst 1 s"
+    )
+
+
+def test_sub_millisecond_noise_is_not_a_slow_step(cap: Capture) -> None:
+    """200 µs steps with one of 800 µs (4x, but 0.6 ms over): no slow step; 1.3 ms is one."""
+    timer = cap.lt.timer("train")
+    for step in range(20):
+        timer.record()
+        cap.clock.advance(0.0008 if step == 7 else 0.0002)
+    timer.stop()
+    assert [f.kind for f in cap.lt.reset().diagnosis() if f.kind == "slow_steps"] == []
+    for step in range(20):
+        timer.record()
+        cap.clock.advance(0.0013 if step == 7 else 0.0002)
+    timer.stop()
+    [found] = [f for f in cap.lt.reset().diagnosis() if f.kind == "slow_steps"]
+    assert found.message == (
+        "1 of 20 root.train steps took over 3x the median 200 µs; the worst 1.3 ms"
     )
 
 

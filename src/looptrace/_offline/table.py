@@ -7,19 +7,9 @@ from collections.abc import Mapping, Sequence
 
 from looptrace._offline.text import escaped
 from looptrace._stats.snapshot import SectionStats
+from looptrace._stats.units import format_seconds
 
 COLUMNS = ("section", "count", "mean", "p50", "p99", "total", "% parent", "self")
-
-
-def format_seconds(seconds: float) -> str:
-    """Return a duration with a unit that keeps 3-4 significant digits (`12.3 ms`)."""
-    if math.isnan(seconds):
-        return "-"
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
-        if abs(seconds) >= scale:
-            value = seconds / scale
-            return f"{value:.3g} {unit}" if value < 100 else f"{value:.0f} {unit}"
-    return f"{seconds * 1e9:.0f} ns"
 
 
 def tree_paths(stats: Mapping[str, SectionStats]) -> list[tuple[str, str, int]]:

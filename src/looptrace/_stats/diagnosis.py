@@ -17,6 +17,7 @@ from looptrace._stats.finding import level as level_of
 from looptrace._stats.roles import Roles
 from looptrace._stats.straggler import lap_paths
 from looptrace._stats.trends import memory_creep, memory_pressure, throughput_drop
+from looptrace._stats.units import format_seconds
 
 if TYPE_CHECKING:
     from looptrace._stats.snapshot import Snapshot
@@ -202,7 +203,10 @@ def _slow_steps(
         stats = snapshot[lap]
         if stats.count < 2 or stats.p50 <= 0:
             continue
-        bar = limits["slow_step_factor"] * stats.p50
+        # (scheduling noise makes sub-millisecond steps a few times slower, harmlessly)
+        bar = max(
+            limits["slow_step_factor"] * stats.p50, stats.p50 + limits["slow_step_min_excess_s"]
+        )
         lows = (0.0, *snapshot.boundaries)
         slow = sum(n for low, n in zip(lows, stats.buckets, strict=False) if low >= bar)
         if stats.max > bar:
@@ -218,7 +222,7 @@ def _slow_steps(
                 lap,
                 snapshot.rank,
                 f"{slow} of {stats.count} {lap} steps took over {limits['slow_step_factor']:g}x "
-                f"the median {stats.p50:.3f} s; the worst {stats.max:.3f} s",
+                f"the median {format_seconds(stats.p50)}; the worst {format_seconds(stats.max)}",
                 "open the slow steps' traces (traced whatever the sampling) to see which section",
                 {"slow": slow, "steps": stats.count, "median_s": stats.p50, "worst_s": stats.max},
             )

@@ -33,6 +33,7 @@ TABLE = (
     Threshold("chronic_count", 6, "windows named straggler, of the last `chronic_windows`"),
     Threshold("chronic_windows", 10, "windows a rank's straggler count looks back over"),
     Threshold("slow_step_factor", 3.0, "a step slower than this many times the median is slow"),
+    Threshold("slow_step_min_excess_s", 0.001, "a slow step also exceeds the median by this much"),
     Threshold("slow_steps_warning", 0.05, "share of the steps that are slow"),
     Threshold("warmup_windows", 1, "windows at a run's start that memory creep and drops skip"),
     Threshold("memory_creep_share", 0.10, _CREEP),
