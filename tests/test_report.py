@@ -34,6 +34,13 @@ CHROMIUM_ARGS = [
 ]
 
 
+DEMO_FINDING = (
+    "Diagnosis findings warning input_bound: 12% of the root.training lap waits for input in "
+    "root.training.data (2.083 s of 17.942 s) (1 of 3 windows) try: more DataLoader workers, "
+    "pin_memory, prefetching, or lighter transforms"
+)
+
+
 def _report(capsys: pytest.CaptureFixture[str], output: Path, *inputs: object) -> str:
     assert main(["report", *map(str, inputs), "-o", str(output)]) == 0
     captured = capsys.readouterr()
@@ -72,6 +79,7 @@ def test_a_directory_of_demo_files_makes_one_self_contained_page(
         assert section in text
     assert "300 laps of root.training" in " ".join(text.split())
     assert page.count("<template id=") == 300
+    assert DEMO_FINDING in " ".join(text.split())
 
 
 def test_two_ranks_show_both_and_their_excess_over_the_median(
@@ -103,6 +111,24 @@ def test_snapshot_files_alone_give_window_means_and_no_waterfall(
     text = " ".join(_text(output.read_text()).split())
     assert "Mean lap of root.training per window and rank" in text
     assert "No span files given: no traced step to show." in text
+
+
+def test_the_findings_are_those_summary_prints_and_need_snapshot_files(
+    demo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The page lists the findings `looptrace summary` prints; span files alone say why none."""
+    assert main(["summary", str(demo / "snapshots.jsonl")]) == 0
+    [line] = [
+        line.strip() for line in capsys.readouterr().out.splitlines() if "input_bound" in line
+    ]
+    output = tmp_path / "report.html"
+    _report(capsys, output, demo / "snapshots.jsonl")
+    text = " ".join(_text(output.read_text()).split())
+    assert " ".join(line.replace("; try:", " try:").split()) in text
+    _report(capsys, output, demo / "spans.jsonl")
+    text = " ".join(_text(output.read_text()).split())
+    assert "Diagnosis findings No snapshot file given: the diagnosis of each window" in text
+    assert "input_bound" not in text
 
 
 def test_refuses_to_overwrite_an_input(demo: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -210,6 +236,7 @@ def test_the_demo_report_in_chromium(
     text = page.inner_text("body")
     for section in ("root.training.backward", "root.training.checkpoint", "encoder", "rank (0)"):
         assert section in text
+    assert DEMO_FINDING.replace("Diagnosis findings ", "") in " ".join(text.split())
 
     spans = load_spans(open_inputs([str(demo / "spans.jsonl")], print)[1], print)
     mark = page.locator("circle.mark").first

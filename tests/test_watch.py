@@ -23,6 +23,16 @@ class Clock:
         return self.now
 
 
+FINDING = [
+    "current findings:",
+    "  critical input_bound: 40% of the root.training lap waits for input in root.training.data "
+    "(0.040 s",
+    "of 0.100 s) (2 of 2 windows); try: more DataLoader workers, pin_memory, prefetching, "
+    "or lighter",
+    "transforms",
+]
+
+
 def _lines(tmp_path: Path) -> dict[int, list[str]]:
     """Return the snapshot lines of two recorded ranks (3 windows each; rank 1 loads slower)."""
     source = tmp_path / "source"
@@ -64,6 +74,7 @@ def test_windows_appended_by_two_ranks_show_per_section_figures(tmp_path: Path) 
         "root.training  45 ms  50 ms  100.0%             1   +5 ms",
         "  forward      30 ms  30 ms   66.7%             -       -",
         "  data         15 ms  20 ms   33.3%             1   +5 ms",
+        *FINDING,
     ]
 
 

@@ -24,12 +24,14 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from looptrace._offline.findings import recorded_findings
 from looptrace._offline.reader import SNAPSHOTS, Warn, Window, kind_of, snapshot_window
 from looptrace._offline.report_data import expand_inputs, main_timer
 from looptrace._offline.table import format_seconds, tree_paths
 from looptrace._stats.snapshot import SectionStats
 
 _HEAD = 256
+FINDINGS = 5  # findings shown below the table
 STALE_WINDOWS = 3  # a rank is stale after this many of its windows' durations of silence
 
 
@@ -175,7 +177,24 @@ def view(state: WatchState, now: float) -> Group:
         row = _row(path, timer, latest)
         name = "  " * depth + (path[len(parent) + 1 :] if parent else path)
         table.add_row(name, *row)
-    return Group(header, table)
+    return Group(header, table, _findings(list(latest.values())))
+
+
+def _findings(latest: list[Window]) -> Text:
+    """Return the warnings and worse of the latest window of every rank, worst first."""
+    found = recorded_findings(latest)
+    if not found:
+        return Text("no finding of warning or worse in the latest windows", style="dim")
+    text = Text("current findings:")
+    for item in found[:FINDINGS]:
+        text.append("\n  ")
+        text.append(
+            f"{item.severity:<8}", style="bold red" if item.severity == "critical" else "yellow"
+        )
+        text.append(" " + item.text())
+    if len(found) > FINDINGS:
+        text.append(f"\n  ... and {len(found) - FINDINGS} more")
+    return text
 
 
 def _row(path: str, timer: str, latest: dict[int, Window]) -> list[str]:
