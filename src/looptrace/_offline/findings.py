@@ -25,6 +25,7 @@ class Recorded:
     finding: dict[str, Any]
     windows: int  # the windows it appeared in
     of: int  # the windows read
+    where: str = ""  # "rank N" when the windows are of several ranks and the message omits it
 
     @property
     def severity(self) -> str:
@@ -39,7 +40,8 @@ class Recorded:
     def text(self, *, action: bool = True) -> str:
         """Return the finding in one line: kind, message, in how many windows, what to try."""
         return (
-            f"{self.finding['kind']}: {self.finding['message']} "
+            (f"{self.where}: " if self.where else "")
+            + f"{self.finding['kind']}: {self.finding['message']} "
             f"({self.windows} of {_windows(self.of)})"
             + (f"; try: {self.action}" if action and self.action else "")
         )
@@ -58,7 +60,17 @@ def recorded_findings(windows: Sequence[Window]) -> list[Recorded]:
                 seen = finding
             worst[key] = (seen, count + 1)
     ordered = sorted(worst.values(), key=lambda item: (_rank(item[0]), -item[1]))
-    return [Recorded(finding, count, len(windows)) for finding, count in ordered]
+    several = len({window.rank for window in windows}) > 1
+    return [
+        Recorded(finding, count, len(windows), _where(finding) if several else "")
+        for finding, count in ordered
+    ]
+
+
+def _where(finding: dict[str, Any]) -> str:
+    """Return "rank N" for a finding of one rank whose message does not name it."""
+    rank = finding.get("rank")
+    return "" if rank is None or f"rank {rank}" in finding["message"] else f"rank {rank}"
 
 
 def findings_text(windows: Sequence[Window], limit: int = LIMIT) -> str | None:

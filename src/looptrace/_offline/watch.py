@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, TextIO
 
 from rich.console import Console, Group
 from rich.live import Live
@@ -25,6 +25,7 @@ from rich.table import Table
 from rich.text import Text
 
 from looptrace._offline.findings import recorded_findings
+from looptrace._offline.keys import Keys
 from looptrace._offline.reader import SNAPSHOTS, Warn, Window, kind_of, snapshot_window
 from looptrace._offline.report_data import expand_inputs, main_timer
 from looptrace._offline.table import format_seconds, tree_paths
@@ -154,7 +155,8 @@ def view(state: WatchState, now: float) -> Group:
     latest = {rank: s.window for rank, s in state.ranks.items()}
     stale = state.stale(now)
     header = Text(
-        f"step {state.step if state.step is not None else '-'} | {state.windows} windows | "
+        f"step {state.step if state.step is not None else '-'} | {state.windows} "
+        f"window{'' if state.windows == 1 else 's'} | "
         f"{len(latest)} rank{'' if len(latest) == 1 else 's'}"
     )
     if stale:
@@ -243,18 +245,29 @@ def watch(
     updates: int | None = None,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
+    keys: TextIO | None = None,
 ) -> int:
-    """Follow the files and redraw at each new window until Ctrl-C (or `updates` redraws)."""
+    """Follow the files and redraw at each new window until `q` or Ctrl-C (or `updates` redraws).
+
+    `q` is read from `keys` (the CLI gives stdin) when it is a terminal; else only Ctrl-C quits.
+    """
     watcher = Watcher(names, warn, clock)
     drawn = 0
     watcher.poll()
-    with Live(view(watcher.state, clock()), console=console, auto_refresh=False) as live:
-        try:
-            while updates is None or drawn < updates:
-                sleep(interval)
-                if watcher.poll() or watcher.state.stale(clock()):
-                    live.update(view(watcher.state, clock()), refresh=True)
-                    drawn += 1
-        except KeyboardInterrupt:
-            pass
+    with Keys(keys, sleep) as typed:
+        footer = Text("q or Ctrl-C quits" if typed.active else "Ctrl-C quits", style="dim")
+
+        def frame() -> Group:
+            return Group(view(watcher.state, clock()), footer)
+
+        with Live(frame(), console=console, auto_refresh=False) as live:
+            try:
+                while updates is None or drawn < updates:
+                    if "q" in typed.wait(interval).lower():
+                        break
+                    if watcher.poll() or watcher.state.stale(clock()):
+                        live.update(frame(), refresh=True)
+                        drawn += 1
+            except KeyboardInterrupt:
+                pass
     return 0
