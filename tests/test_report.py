@@ -324,6 +324,72 @@ def test_a_slow_lap_of_one_rank_opens_its_waterfall_in_chromium(
     page.close()
 
 
+@pytest.fixture(scope="module")
+def gloo_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Return the directory of the span and snapshot files of a real 2-rank gloo job."""
+    pytest.importorskip("torch.distributed", reason="needs torch (the test extra)")
+    from . import gloo_files
+
+    directory = tmp_path_factory.mktemp("gloo")
+    gloo_files.run(directory / "out", directory / "store")
+    return directory / "out"
+
+
+@pytest.mark.slow
+def test_the_report_of_a_two_rank_gloo_job_in_chromium(
+    browser: Any, gloo_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Ranks, sections and findings as text; the slow step 13 opens both ranks' spans of it."""
+    output = tmp_path / "report.html"
+    out = _report(capsys, output, gloo_run)
+    assert "6 windows, 2 ranks (0, 1), steps 0-29; 56 spans of 7 traced steps" in out
+    url = output.as_uri()
+    page = browser.new_page(viewport={"width": 1100, "height": 900})
+    requests: list[str] = []
+    errors: list[str] = []
+    page.on("request", lambda request: requests.append(request.url))
+    page.on("console", lambda m: errors.append(m.text) if m.type in {"error", "warning"} else None)
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.route(
+        "**/*", lambda route: route.continue_() if route.request.url == url else route.abort()
+    )
+    page.goto(url, wait_until="load")
+    text = " ".join(page.inner_text("body").split())
+    assert "2 ranks (0, 1) 30 laps of root.training 6 windows" in text
+    for section in ("root.training.forward", "root.training.backward", "root.training.data"):
+        assert section in text
+    assert (
+        "Diagnosis findings critical straggler: rank 1 makes the others wait (least time in wait "
+        "sections): 0.200 s (29%) over the typical rank; cause root.training.forward (4 of 6 "
+        "windows) try: look at root.training.forward on rank 1"
+    ) in text
+    assert "warning rank 1: slow_steps: 1 of 10 root.training steps took over 3x" in text
+
+    slow = page.locator("circle.mark.slow")
+    marks = [(slow.nth(i).get_attribute("data-step"), slow.nth(i).get_attribute("data-rank"))
+             for i in range(slow.count())]  # fmt: skip
+    assert marks == [("13", "0"), ("13", "1")]  # rank 0 waited for rank 1's stall
+    slow.last.click()  # the marks coincide: the top one takes the click
+    assert page.inner_text("#wf-title") == "step 13"
+    bars = page.eval_on_selector_all("#waterfall title", "nodes => nodes.map(n => n.textContent)")
+    assert bars == [
+        "rank 0 root.training: 620 ms, starts at +0 ns",
+        "rank 0 root.training.data: 10 ms, starts at +0 ns",
+        "rank 0 root.training.forward: 60 ms, starts at +10 ms",
+        "rank 0 root.training.backward: 550 ms, starts at +70 ms",
+        "rank 1 root.training: 620 ms, starts at +0 ns",
+        "rank 1 root.training.data: 510 ms, starts at +0 ns",
+        "rank 1 root.training.forward: 80 ms, starts at +510 ms",
+        "rank 1 root.training.backward: 30 ms, starts at +590 ms",
+    ]
+    shot = tmp_path / "report.png"
+    page.screenshot(path=str(shot), full_page=True)
+    assert _colours(shot) > 50
+    assert errors == []
+    assert requests == [url]
+    page.close()
+
+
 def _colours(png: Path) -> int:
     """Return the number of distinct colours of a PNG (every 3rd pixel)."""
     from matplotlib.image import imread
