@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from looptrace._offline.findings import Recorded, recorded_findings
+from looptrace._offline.palette import LEGEND, OTHER
 from looptrace._offline.reader import (
     METRICS,
     SNAPSHOTS,
@@ -35,8 +36,7 @@ from looptrace._stats.snapshot import SectionStats
 if TYPE_CHECKING:
     from looptrace._offline.span_records import SpanRecord
 
-OTHER = "other"
-TOP_SECTIONS = 7  # sections with a colour of their own in the shares; the rest is "other"
+TOP_SECTIONS = LEGEND  # sections with a colour of their own in the shares; the rest is "other"
 MAX_WATERFALLS = 300  # traced steps whose waterfall the page carries
 MAX_WATERFALL_RANKS = 16  # ranks of one waterfall (the slowest in that step)
 MAX_HEATMAP_RANKS = 64

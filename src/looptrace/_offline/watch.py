@@ -26,8 +26,9 @@ from rich.text import Text
 
 from looptrace._offline.findings import recorded_findings
 from looptrace._offline.keys import Keys
+from looptrace._offline.palette import LEGEND, OTHER, colour_of, colours
 from looptrace._offline.reader import SNAPSHOTS, Warn, Window, kind_of, snapshot_window
-from looptrace._offline.report_data import expand_inputs, main_timer
+from looptrace._offline.report_data import children_of, expand_inputs, main_timer
 from looptrace._offline.table import format_seconds, tree_paths
 from looptrace._stats.snapshot import SectionStats
 
@@ -175,10 +176,12 @@ def view(state: WatchState, now: float) -> Group:
     throughput = _throughput(state, timer)
     if throughput:
         header.append(f" | {throughput}")
+    coloured = colours(children_of(merged, timer)[:LEGEND])  # as in the plot and the report
+    del coloured[OTHER]
     for path, parent, depth in tree_paths(merged):
         row = _row(path, timer, latest)
         name = "  " * depth + (path[len(parent) + 1 :] if parent else path)
-        table.add_row(name, *row)
+        table.add_row(Text(name, style=colour_of(path, coloured) or ""), *row)
     return Group(header, table, _findings(list(latest.values())))
 
 
