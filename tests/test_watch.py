@@ -95,16 +95,16 @@ def test_a_partial_line_waits_and_a_rotated_file_is_reopened(tmp_path: Path) -> 
     follower = Follower(path)
     assert follower.new_lines() == []  # not there yet
     _append(path, lines[0] + lines[1][:50])
-    assert [line.decode() for line in follower.new_lines()] == [lines[0].rstrip("\n")]
+    assert [(n, line.decode()) for n, line in follower.new_lines()] == [(1, lines[0].rstrip())]
     _append(path, lines[1][50:])
-    assert [line.decode() for line in follower.new_lines()] == [lines[1].rstrip("\n")]
+    assert [(n, line.decode()) for n, line in follower.new_lines()] == [(2, lines[1].rstrip())]
     rotated = tmp_path / "new.jsonl"
     rotated.write_text(lines[2])
     rotated.replace(path)
-    assert [line.decode() for line in follower.new_lines()] == [lines[2].rstrip("\n")]
+    assert [(n, line.decode()) for n, line in follower.new_lines()] == [(1, lines[2].rstrip())]
     path.write_text("")  # truncated in place
     _append(path, lines[0])
-    assert [line.decode() for line in follower.new_lines()] == [lines[0].rstrip("\n")]
+    assert [(n, line.decode()) for n, line in follower.new_lines()] == [(1, lines[0].rstrip())]
 
 
 def test_a_rank_that_stops_writing_is_marked_stale(tmp_path: Path) -> None:
@@ -149,7 +149,7 @@ def test_watch_redraws_the_live_view_at_each_new_window_and_stops_on_ctrl_c(
 
 
 def test_malformed_lines_get_a_warning_and_are_skipped(tmp_path: Path) -> None:
-    """A corrupt line and a snapshot line with a bad count: one warning each, no crash."""
+    """A corrupt line and a snapshot line with a bad count: one warning each, by line number."""
     lines = _lines(tmp_path)[0]
     path = tmp_path / "snapshots.jsonl"
     path.write_text("{not json\n" + lines[0].replace('"count":2', '"count":-2', 1) + lines[1])
@@ -157,8 +157,34 @@ def test_malformed_lines_get_a_warning_and_are_skipped(tmp_path: Path) -> None:
     watcher = Watcher([str(path)], warnings.append, Clock())
     assert watcher.poll() == 1
     assert warnings == [
-        f"{path}: an unreadable line; skipped",
-        f"{path}: a malformed snapshot line (count is not a whole number from 0 to 2**63); skipped",
+        f"{path}: skipped unreadable line 1",
+        f"{path}: line 2 is a malformed snapshot record (count is not a whole number from 0 to "
+        "2**63); skipped",
+    ]
+    _append(path, "{no\n" * 3)
+    assert watcher.poll() == 0
+    assert warnings[2:] == [
+        f"{path}: skipped unreadable line 4",
+        f"{path}: further bad lines are skipped without a warning",
+    ]
+
+
+def test_files_that_are_not_snapshot_files_get_one_warning(tmp_path: Path) -> None:
+    """A foreign file and a span file: one line each, as the other commands give; not read."""
+    foreign = tmp_path / "other.jsonl"
+    foreign.write_text('{"hello": 1}\n')
+    (tmp_path / "run").mkdir()
+    spans = record_run(tmp_path / "run").span_file
+    snapshots = spans.with_name("snapshots.jsonl")
+    warnings: list[str] = []
+    watcher = Watcher([str(foreign), str(spans), str(snapshots)], warnings.append, Clock())
+    assert watcher.poll() == 2
+    _append(foreign, '{"kind": "looptrace.snapshot"}\n')
+    assert watcher.poll() == 0
+    assert warnings == [
+        f"{foreign}: not a looptrace span, snapshot or metrics file (line 1 has keys: hello); "
+        "skipped",
+        f"{spans}: a span file; watch follows snapshot files; skipped",
     ]
 
 

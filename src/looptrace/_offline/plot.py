@@ -22,6 +22,7 @@ from looptrace._stats.version import version
 
 _MAX_BARS = 120
 _MAX_LABELS = 12
+_MAX_LABEL = 40  # characters of a section's name in a legend or on an axis
 
 
 def draw(data: PlotData, output: Path, width_px: int, height_px: int) -> None:
@@ -57,7 +58,7 @@ def _draw_steps(ax: Any, data: PlotData, colors: dict[str, str]) -> None:
     for name, values in data.layers.items():
         if max(values, default=0.0) <= visible:
             continue  # e.g. a timer's own time when its sections cover it all
-        label = _short(name, data.timer)
+        label = _fit(_short(name, data.timer))
         tops = [b + v for b, v in zip(bottoms, values, strict=True)]
         if bars:
             ax.bar(
@@ -164,7 +165,7 @@ def _draw_distributions(ax: Any, data: PlotData, colors: dict[str, str]) -> None
             ax.plot(stats.p50, row, marker="|", ms=16, mew=2.5, color="black", zorder=3)
         if not math.isnan(stats.p99):
             ax.plot(stats.p99, row, marker="D", ms=5, color="#d62728", zorder=3)
-    ax.set_yticks(range(len(rows)), [_short(p) for p in rows], fontsize=8)
+    ax.set_yticks(range(len(rows)), [_fit(_short(p)) for p in rows], fontsize=8)
     ax.set_ylim(-0.7, len(rows) - 0.3)
     ax.set_xscale("log")
     ax.xaxis.set_major_formatter(_seconds_formatter())
@@ -218,6 +219,22 @@ def _seconds_formatter() -> Any:
     from matplotlib.ticker import FuncFormatter  # noqa: PLC0415
 
     return FuncFormatter(lambda value, _pos: format_seconds(value) if value > 0 else "0")
+
+
+def _fit(label: str, limit: int = _MAX_LABEL) -> str:
+    """Return `label` cut to `limit` characters, keeping its last components (hook names).
+
+    Lightning's hook paths run to a hundred characters; untouched they squeeze the chart.
+    """
+    if len(label) <= limit:
+        return label
+    parts = label.split(".")
+    kept = parts[-1]
+    for part in reversed(parts[:-1]):
+        if len(part) + len(kept) + 3 > limit:
+            break
+        kept = f"{part}.{kept}"
+    return "…." + kept if len(kept) + 2 <= limit else "…" + kept[-(limit - 1) :]
 
 
 def _short(path: str, parent: str = "") -> str:

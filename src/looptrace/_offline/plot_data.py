@@ -67,8 +67,9 @@ def choose_timer(stats: Mapping[str, SectionStats], wanted: str | None) -> tuple
 
 
 def _sections(stats: Mapping[str, SectionStats]) -> list[str]:
-    """Return up to `MAX_SECTIONS` paths with the largest totals, in tree order."""
-    biggest = set(sorted(stats, key=lambda p: -stats[p].total)[:MAX_SECTIONS])
+    """Return up to `MAX_SECTIONS` paths with the largest totals (none of 0 s), in tree order."""
+    timed = [path for path in stats if stats[path].total > 0]  # a NaN total is no time either
+    biggest = set(sorted(timed, key=lambda p: -stats[p].total)[:MAX_SECTIONS])
     return [path for path, _, _ in tree_paths(stats) if path in biggest]
 
 
