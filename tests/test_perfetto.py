@@ -70,9 +70,11 @@ def test_every_span_once_with_rank_thread_and_microseconds(
             "args": {
                 "path": (span.attributes or {})["looptrace.path"],
                 "step": (span.attributes or {})["looptrace.step"],
+                "rank": 0,
                 "trace_id": f"{span.context.trace_id:032x}",
                 "span_id": f"{span.context.span_id:016x}",
                 **({"parent_span_id": f"{span.parent.span_id:016x}"} if span.parent else {}),
+                "looptrace.world_size": 1,
             },
         }
     _assert_nested_per_tid(events)
@@ -177,3 +179,44 @@ def test_perfetto_refuses_snapshot_files(
         "snapshot file\n"
     )
     assert not (tmp_path / "t.json").exists()
+
+
+def test_span_attributes_become_event_args(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A slow lap's ratio, the rank attributes and an error's exception are in the args."""
+    clock = FakeClock(start_s=0.0)
+    lt = configure(
+        "looptrace-test",
+        clock=clock,
+        rank=RankInfo(rank=1, world_size=2),
+        trace_every=1000,  # step 0 only; step 12 is traced for its slowness
+        trace_file=tmp_path / "spans.jsonl",
+    )
+    train = lt.timer("training")
+    for step in range(13):
+        train.record("forward")
+        clock.advance(1.0 if step == 12 else 0.1)
+        if step == 0:
+            with pytest.raises(ValueError, match="a bad batch"), train.section("backward"):
+                clock.advance(0.01)
+                raise ValueError("a bad batch")
+        train.record()
+    train.stop()
+    lt.shutdown()
+    trace = _convert(capsys, tmp_path / "trace.json", tmp_path / "spans.rank1.jsonl")
+    args = {
+        (e["name"], e["args"]["step"]): e["args"] for e in trace["traceEvents"] if e["ph"] == "X"
+    }
+    assert set(args) == {
+        ("training", 0), ("forward", 0), ("backward", 0), ("training", 12), ("forward", 12)
+    }  # fmt: skip
+    slow = args["training", 12]
+    assert slow["looptrace.slow_lap"] == pytest.approx(10.0)  # its time over the median lap
+    assert (slow["rank"], slow["looptrace.world_size"]) == (1, 2)
+    assert "looptrace.slow_lap" not in args["training", 0]
+    assert {k: args["backward", 0][k] for k in ("status", "error")} == {
+        "status": "ERROR",
+        "error": "ValueError: a bad batch",
+    }
+    assert "status" not in args["forward", 0]

@@ -143,3 +143,60 @@ def test_unknown_timer_is_a_one_line_error(
         "looptrace plot: error: no section 'root.x' in the input (outermost: root.training)\n",
     )
     assert not (tmp_path / "p.png").exists()
+
+
+def _hooks_run(path: Path) -> None:
+    """Write one window: a one-lap `fit` timer around 20 laps of `train` through 12 sections.
+
+    Section k takes (k + 1) ms, so the eight largest are s11 down to s4.
+    """
+    cap = capture(snapshot_file=path)
+    fit = cap.lt.timer("fit")
+    fit.record()
+    cap.clock.advance(5.0)  # set-up before the first step: fit's total is the largest
+    train = cap.lt.timer("train")
+    for _ in range(20):
+        train.record()
+        for k in range(12):
+            train.record(f"s{k}")
+            cap.clock.advance((k + 1) / 1000)
+    train.stop()
+    fit.stop()
+    cap.lt.reset()
+    cap.lt.shutdown()
+
+
+def test_the_default_timer_has_the_most_laps_and_the_legend_eight_sections(
+    tmp_path: Path,
+) -> None:
+    """A one-lap wrapper timer is not the default; beyond 8 sections the rest are "other"."""
+    _hooks_run(tmp_path / "snapshots.jsonl")
+    kind, files = open_inputs([str(tmp_path / "snapshots.jsonl")], print)
+    windows = load_windows(kind, files, print)
+    data = from_windows(windows, summarize_windows(windows), timer=None)
+    rounded = {name: [round(v, 6) for v in values] for name, values in data.layers.items()}
+    assert (data.timer, rounded) == (
+        "root.train",
+        {
+            **{f"root.train.s{k}": [(k + 1) / 1000] for k in range(11, 3, -1)},
+            "other": [0.01],  # s0 to s3: 1 + 2 + 3 + 4 ms
+            SELF: [0.0],
+        },
+    )
+
+
+def test_each_section_has_its_palette_colour_in_the_png(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The PNG's bars are painted in the shared palette's colour of each section path."""
+    from matplotlib.image import imread
+
+    from looptrace._offline.palette import colours
+
+    _hooks_run(tmp_path / "snapshots.jsonl")
+    output = tmp_path / "plot.png"
+    _plot(capsys, output, tmp_path / "snapshots.jsonl")
+    pixels = imread(output)[..., :3].reshape(-1, 3)
+    painted = {"#{:02x}{:02x}{:02x}".format(*(round(255 * c) for c in p)) for p in pixels.tolist()}
+    expected = colours(f"root.train.s{k}" for k in range(4, 12))
+    assert set(expected.values()) <= painted  # eight sections and "other"

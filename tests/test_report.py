@@ -34,6 +34,13 @@ CHROMIUM_ARGS = [
 ]
 
 
+DEMO_FINDING = (
+    "Diagnosis findings warning input_bound: 12% of the root.training lap waits for input in "
+    "root.training.data (2.083 s of 17.942 s) (1 of 3 windows) try: more DataLoader workers, "
+    "pin_memory, prefetching, or lighter transforms"
+)
+
+
 def _report(capsys: pytest.CaptureFixture[str], output: Path, *inputs: object) -> str:
     assert main(["report", *map(str, inputs), "-o", str(output)]) == 0
     captured = capsys.readouterr()
@@ -72,6 +79,7 @@ def test_a_directory_of_demo_files_makes_one_self_contained_page(
         assert section in text
     assert "300 laps of root.training" in " ".join(text.split())
     assert page.count("<template id=") == 300
+    assert DEMO_FINDING in " ".join(text.split())
 
 
 def test_two_ranks_show_both_and_their_excess_over_the_median(
@@ -103,6 +111,24 @@ def test_snapshot_files_alone_give_window_means_and_no_waterfall(
     text = " ".join(_text(output.read_text()).split())
     assert "Mean lap of root.training per window and rank" in text
     assert "No span files given: no traced step to show." in text
+
+
+def test_the_findings_are_those_summary_prints_and_need_snapshot_files(
+    demo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The page lists the findings `looptrace summary` prints; span files alone say why none."""
+    assert main(["summary", str(demo / "snapshots.jsonl")]) == 0
+    [line] = [
+        line.strip() for line in capsys.readouterr().out.splitlines() if "input_bound" in line
+    ]
+    output = tmp_path / "report.html"
+    _report(capsys, output, demo / "snapshots.jsonl")
+    text = " ".join(_text(output.read_text()).split())
+    assert " ".join(line.replace("; try:", " try:").split()) in text
+    _report(capsys, output, demo / "spans.jsonl")
+    text = " ".join(_text(output.read_text()).split())
+    assert "Diagnosis findings No snapshot file given: the diagnosis of each window" in text
+    assert "input_bound" not in text
 
 
 def test_refuses_to_overwrite_an_input(demo: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -210,6 +236,7 @@ def test_the_demo_report_in_chromium(
     text = page.inner_text("body")
     for section in ("root.training.backward", "root.training.checkpoint", "encoder", "rank (0)"):
         assert section in text
+    assert DEMO_FINDING.replace("Diagnosis findings ", "") in " ".join(text.split())
 
     spans = load_spans(open_inputs([str(demo / "spans.jsonl")], print)[1], print)
     mark = page.locator("circle.mark").first
@@ -294,6 +321,72 @@ def test_a_slow_lap_of_one_rank_opens_its_waterfall_in_chromium(
     )
     assert [" ".join(name.split()) for name in shown] == ["r1 training", "r1 data", "r1 forward"]
     assert errors == []
+    page.close()
+
+
+@pytest.fixture(scope="module")
+def gloo_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Return the directory of the span and snapshot files of a real 2-rank gloo job."""
+    pytest.importorskip("torch.distributed", reason="needs torch (the test extra)")
+    from . import gloo_files
+
+    directory = tmp_path_factory.mktemp("gloo")
+    gloo_files.run(directory / "out", directory / "store")
+    return directory / "out"
+
+
+@pytest.mark.slow
+def test_the_report_of_a_two_rank_gloo_job_in_chromium(
+    browser: Any, gloo_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Ranks, sections and findings as text; the slow step 13 opens both ranks' spans of it."""
+    output = tmp_path / "report.html"
+    out = _report(capsys, output, gloo_run)
+    assert "6 windows, 2 ranks (0, 1), steps 0-29; 56 spans of 7 traced steps" in out
+    url = output.as_uri()
+    page = browser.new_page(viewport={"width": 1100, "height": 900})
+    requests: list[str] = []
+    errors: list[str] = []
+    page.on("request", lambda request: requests.append(request.url))
+    page.on("console", lambda m: errors.append(m.text) if m.type in {"error", "warning"} else None)
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.route(
+        "**/*", lambda route: route.continue_() if route.request.url == url else route.abort()
+    )
+    page.goto(url, wait_until="load")
+    text = " ".join(page.inner_text("body").split())
+    assert "2 ranks (0, 1) 30 laps of root.training 6 windows" in text
+    for section in ("root.training.forward", "root.training.backward", "root.training.data"):
+        assert section in text
+    assert (
+        "Diagnosis findings critical straggler: rank 1 makes the others wait (least time in wait "
+        "sections): 0.200 s (29%) over the typical rank; cause root.training.forward (4 of 6 "
+        "windows) try: look at root.training.forward on rank 1"
+    ) in text
+    assert "warning rank 1: slow_steps: 1 of 10 root.training steps took over 3x" in text
+
+    slow = page.locator("circle.mark.slow")
+    marks = [(slow.nth(i).get_attribute("data-step"), slow.nth(i).get_attribute("data-rank"))
+             for i in range(slow.count())]  # fmt: skip
+    assert marks == [("13", "0"), ("13", "1")]  # rank 0 waited for rank 1's stall
+    slow.last.click()  # the marks coincide: the top one takes the click
+    assert page.inner_text("#wf-title") == "step 13"
+    bars = page.eval_on_selector_all("#waterfall title", "nodes => nodes.map(n => n.textContent)")
+    assert bars == [
+        "rank 0 root.training: 620 ms, starts at +0 ns",
+        "rank 0 root.training.data: 10 ms, starts at +0 ns",
+        "rank 0 root.training.forward: 60 ms, starts at +10 ms",
+        "rank 0 root.training.backward: 550 ms, starts at +70 ms",
+        "rank 1 root.training: 620 ms, starts at +0 ns",
+        "rank 1 root.training.data: 510 ms, starts at +0 ns",
+        "rank 1 root.training.forward: 80 ms, starts at +510 ms",
+        "rank 1 root.training.backward: 30 ms, starts at +590 ms",
+    ]
+    shot = tmp_path / "report.png"
+    page.screenshot(path=str(shot), full_page=True)
+    assert _colours(shot) > 50
+    assert errors == []
+    assert requests == [url]
     page.close()
 
 

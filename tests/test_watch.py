@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 import io
+import os
+import pty
+import re
+import termios
+import threading
+import time
 from pathlib import Path
+from typing import Any
 
+import pytest
 from rich.console import Console
 
 from looptrace._offline.watch import Follower, Watcher, view, watch
 
 from .runs import record_run
+
+HANG_S = 30  # a hang guard, not a speed claim
 
 
 class Clock:
@@ -21,6 +31,16 @@ class Clock:
     def __call__(self) -> float:
         """Return the time set."""
         return self.now
+
+
+FINDING = [
+    "current findings:",
+    "  critical input_bound: 40% of the root.training lap waits for input in root.training.data "
+    "(0.040 s",
+    "of 0.100 s) (2 of 2 windows); try: more DataLoader workers, pin_memory, prefetching, "
+    "or lighter",
+    "transforms",
+]
 
 
 def _lines(tmp_path: Path) -> dict[int, list[str]]:
@@ -64,6 +84,7 @@ def test_windows_appended_by_two_ranks_show_per_section_figures(tmp_path: Path) 
         "root.training  45 ms  50 ms  100.0%             1   +5 ms",
         "  forward      30 ms  30 ms   66.7%             -       -",
         "  data         15 ms  20 ms   33.3%             1   +5 ms",
+        *FINDING,
     ]
 
 
@@ -74,16 +95,16 @@ def test_a_partial_line_waits_and_a_rotated_file_is_reopened(tmp_path: Path) -> 
     follower = Follower(path)
     assert follower.new_lines() == []  # not there yet
     _append(path, lines[0] + lines[1][:50])
-    assert [line.decode() for line in follower.new_lines()] == [lines[0].rstrip("\n")]
+    assert [(n, line.decode()) for n, line in follower.new_lines()] == [(1, lines[0].rstrip())]
     _append(path, lines[1][50:])
-    assert [line.decode() for line in follower.new_lines()] == [lines[1].rstrip("\n")]
+    assert [(n, line.decode()) for n, line in follower.new_lines()] == [(2, lines[1].rstrip())]
     rotated = tmp_path / "new.jsonl"
     rotated.write_text(lines[2])
     rotated.replace(path)
-    assert [line.decode() for line in follower.new_lines()] == [lines[2].rstrip("\n")]
+    assert [(n, line.decode()) for n, line in follower.new_lines()] == [(1, lines[2].rstrip())]
     path.write_text("")  # truncated in place
     _append(path, lines[0])
-    assert [line.decode() for line in follower.new_lines()] == [lines[0].rstrip("\n")]
+    assert [(n, line.decode()) for n, line in follower.new_lines()] == [(1, lines[0].rstrip())]
 
 
 def test_a_rank_that_stops_writing_is_marked_stale(tmp_path: Path) -> None:
@@ -128,7 +149,7 @@ def test_watch_redraws_the_live_view_at_each_new_window_and_stops_on_ctrl_c(
 
 
 def test_malformed_lines_get_a_warning_and_are_skipped(tmp_path: Path) -> None:
-    """A corrupt line and a snapshot line with a bad count: one warning each, no crash."""
+    """A corrupt line and a snapshot line with a bad count: one warning each, by line number."""
     lines = _lines(tmp_path)[0]
     path = tmp_path / "snapshots.jsonl"
     path.write_text("{not json\n" + lines[0].replace('"count":2', '"count":-2', 1) + lines[1])
@@ -136,6 +157,145 @@ def test_malformed_lines_get_a_warning_and_are_skipped(tmp_path: Path) -> None:
     watcher = Watcher([str(path)], warnings.append, Clock())
     assert watcher.poll() == 1
     assert warnings == [
-        f"{path}: an unreadable line; skipped",
-        f"{path}: a malformed snapshot line (count is not a whole number from 0 to 2**63); skipped",
+        f"{path}: skipped unreadable line 1",
+        f"{path}: line 2 is a malformed snapshot record (count is not a whole number from 0 to "
+        "2**63); skipped",
     ]
+    _append(path, "{no\n" * 3)
+    assert watcher.poll() == 0
+    assert warnings[2:] == [
+        f"{path}: skipped unreadable line 4",
+        f"{path}: further bad lines are skipped without a warning",
+    ]
+
+
+def test_files_that_are_not_snapshot_files_get_one_warning(tmp_path: Path) -> None:
+    """A foreign file and a span file: one line each, as the other commands give; not read."""
+    foreign = tmp_path / "other.jsonl"
+    foreign.write_text('{"hello": 1}\n')
+    (tmp_path / "run").mkdir()
+    spans = record_run(tmp_path / "run").span_file
+    snapshots = spans.with_name("snapshots.jsonl")
+    warnings: list[str] = []
+    watcher = Watcher([str(foreign), str(spans), str(snapshots)], warnings.append, Clock())
+    assert watcher.poll() == 2
+    _append(foreign, '{"kind": "looptrace.snapshot"}\n')
+    assert watcher.poll() == 0
+    assert warnings == [
+        f"{foreign}: not a looptrace span, snapshot or metrics file (line 1 has keys: hello); "
+        "skipped",
+        f"{spans}: a span file; watch follows snapshot files; skipped",
+    ]
+
+
+def test_q_typed_at_the_terminal_quits_and_the_terminal_is_restored(tmp_path: Path) -> None:
+    """Keys come from a real terminal (a pty) in cbreak mode; `q` ends the view, echo returns."""
+    master, slave = pty.openpty()
+    terminal = os.fdopen(slave, "r")
+    before = termios.tcgetattr(slave)
+    path = tmp_path / "snapshots.jsonl"
+    path.write_text("".join(_lines(tmp_path)[0]))
+    console = Console(record=True, width=100, file=io.StringIO())
+    seen: list[list[Any]] = []
+
+    def press_q() -> None:
+        deadline = time.monotonic() + HANG_S
+        while termios.tcgetattr(slave)[3] & termios.ICANON and time.monotonic() < deadline:
+            time.sleep(0.01)  # until the view has put the terminal in cbreak mode
+        seen.append(termios.tcgetattr(slave))
+        os.write(master, b"xq")
+
+    try:
+        presser = threading.Thread(target=press_q)
+        presser.start()
+        code = watch([str(path)], print, console=console, interval=HANG_S, keys=terminal)
+        presser.join(HANG_S)
+        assert code == 0
+        assert not seen[0][3] & (termios.ICANON | termios.ECHO)  # cbreak while it ran
+        assert termios.tcgetattr(slave) == before
+    finally:
+        terminal.close()
+        os.close(master)
+    text = console.export_text()
+    assert "step 6 | 3 windows | 1 rank" in text
+    assert "q or Ctrl-C quits" in text
+
+
+def test_input_that_is_not_a_terminal_is_never_read(tmp_path: Path) -> None:
+    """Piped stdin: no key is read (a `q` in it does not quit); Ctrl-C is the way out."""
+    path = tmp_path / "snapshots.jsonl"
+    path.write_text("".join(_lines(tmp_path)[0]))
+    read, write = os.pipe()
+    os.write(write, b"q")
+    waits: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        if len(waits) == 3:
+            raise KeyboardInterrupt
+
+    console = Console(record=True, width=100, file=io.StringIO())
+    with os.fdopen(read, "r") as piped:
+        assert watch([str(path)], print, console=console, sleep=sleep, keys=piped) == 0
+        assert os.read(read, 1) == b"q"  # still there: never read
+    os.close(write)
+    assert waits == [1.0, 1.0, 1.0]
+    assert "Ctrl-C quits" in console.export_text()
+
+
+def test_a_running_two_rank_gloo_job_is_followed_window_by_window(tmp_path: Path) -> None:
+    """Ranks of a real gloo job append windows; each shows up, with the straggler; `q` quits."""
+    pytest.importorskip("torch.distributed", reason="needs torch (the test extra)")
+    from . import gloo_files
+
+    out, go = tmp_path / "out", tmp_path / "go"
+    out.mkdir()
+    go.mkdir()
+    procs = gloo_files.start(out, tmp_path / "store", go)
+    master, slave = pty.openpty()
+    terminal = os.fdopen(slave, "r")
+    console = Console(record=True, width=200, file=io.StringIO(), force_terminal=True)
+    codes: list[int] = []
+    viewer = threading.Thread(
+        target=lambda: codes.append(
+            watch([str(out / "snapshots.rank*.jsonl")], print, console=console, interval=0.05,
+                  keys=terminal)
+        )
+    )  # fmt: skip
+    viewer.start()
+    try:
+        for window in range(3):
+            (go / str(window)).touch()  # the ranks run the window's steps and reset
+            want = f"step {10 * window + 10} | {2 * window + 2} windows | 2 ranks"
+            deadline = time.monotonic() + gloo_files.JOB_TIMEOUT_S
+            while want not in console.export_text(clear=False):
+                assert time.monotonic() < deadline, f"no {want!r} in the view (a hang)"
+                time.sleep(0.05)
+        gloo_files.finish(procs)
+    finally:
+        os.write(master, b"q")
+        viewer.join(HANG_S)
+        terminal.close()
+        os.close(master)
+        gloo_files.kill(procs)
+    assert codes == [0]
+    text = console.export_text()
+    last = text[text.rindex("step 30 | 6 windows | 2 ranks") :].splitlines()
+    stale = r" \| stale: rank [0-9]+(, [0-9]+)*"  # wall time since the job ended: not pinned
+    last[0] = re.sub(stale, "", last[0])
+    assert [line.rstrip() for line in last[:6]] == [
+        "step 30 | 6 windows | 2 ranks | 8.33 steps/s per rank",
+        "section           p50     p99   share  slowest rank  excess",
+        "root.training  120 ms  120 ms  100.0%             -       -",
+        "  forward       70 ms   80 ms   58.3%             1  +10 ms",
+        "  backward      40 ms   50 ms   33.3%             0  +10 ms",
+        "  data          10 ms   10 ms    8.3%             -       -",
+    ]
+    assert last[6:8] == [
+        "current findings:",
+        "  critical straggler: rank 1 makes the others wait (least time in wait sections): 0.200 s "
+        "(29%) over the typical rank; cause root.training.forward (2 of 2 windows); try: look at "
+        "root.training.forward ",
+    ]
+    middle = text[text.index("step 20 | 4 windows | 2 ranks") : text.index("step 30 | 6 windows")]
+    assert "  warning  rank 1: slow_steps: 1 of 10 root.training steps took over 3x" in middle

@@ -124,7 +124,7 @@ def add_commands(commands: Subparsers) -> None:
     watch = _command(
         commands,
         "watch",
-        "a live view of snapshot files as ranks append to them (Ctrl-C quits)",
+        "a live view of snapshot files as ranks append to them (q or Ctrl-C quits)",
         "looptrace watch 'runs/snapshots.rank*.jsonl'   # files, quoted globs or directories",
         run_watch,
     )
@@ -402,9 +402,9 @@ def run_compare(args: argparse.Namespace) -> int:
 
 
 def run_watch(args: argparse.Namespace) -> int:
-    """Follow snapshot files in a live terminal view until Ctrl-C."""
+    """Follow snapshot files in a live terminal view until `q` or Ctrl-C."""
     try:
         from looptrace._offline.watch import watch  # noqa: PLC0415
     except ImportError:
         raise _needs("files", "rich") from None
-    return watch(args.files, warner("watch"), interval=max(0.05, args.interval))
+    return watch(args.files, warner("watch"), interval=max(0.05, args.interval), keys=sys.stdin)

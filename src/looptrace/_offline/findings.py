@@ -1,14 +1,15 @@
-"""The findings of `looptrace summary`: the worst of every window's diagnosis, most severe first.
+"""The recorded findings of snapshot files: the worst of each window's diagnosis, worst first.
 
 The snapshot file records each window's findings (`Snapshot.diagnosis()`, computed where
-the roles and thresholds were known); the summary folds them over all windows and ranks of
-the files given: one line per (kind, path, rank), its most severe occurrence, in how many
-windows it appeared.
+the roles and thresholds were known); `looptrace summary`, `report` and `watch` fold them over
+the windows they read: one entry per (kind, path, rank), its most severe occurrence and in how
+many windows it appeared. One fold and one line format serve all three.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from looptrace._offline.reader import Window
@@ -17,29 +18,68 @@ from looptrace._stats.diagnosis import SEVERITIES
 LIMIT = 5
 
 
-def findings_text(windows: Sequence[Window], limit: int = LIMIT) -> str | None:
-    """Return at most `limit` lines of warnings and worse, most severe first; None if none."""
-    recorded = windows
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """One finding folded over windows: its most severe occurrence and how often it came."""
+
+    finding: dict[str, Any]
+    windows: int  # the windows it appeared in
+    of: int  # the windows read
+    where: str = ""  # "rank N" when the windows are of several ranks and the message omits it
+
+    @property
+    def severity(self) -> str:
+        """Return `critical` or `warning`."""
+        return str(self.finding["severity"])
+
+    @property
+    def action(self) -> str:
+        """Return the next thing to try ("" if none)."""
+        return str(self.finding.get("action") or "")
+
+    def text(self, *, action: bool = True) -> str:
+        """Return the finding in one line: kind, message, in how many windows, what to try."""
+        return (
+            (f"{self.where}: " if self.where else "")
+            + f"{self.finding['kind']}: {self.finding['message']} "
+            f"({self.windows} of {_windows(self.of)})"
+            + (f"; try: {self.action}" if action and self.action else "")
+        )
+
+
+def recorded_findings(windows: Sequence[Window]) -> list[Recorded]:
+    """Return the warnings and worse of `windows`, most severe then most frequent first."""
     worst: dict[tuple[Any, ...], tuple[dict[str, Any], int]] = {}
-    for window in recorded:
+    for window in windows:
         for finding in window.findings:
             if finding["severity"] not in ("critical", "warning"):
-                continue  # the summary is for what needs a change
+                continue  # what needs a change
             key = (finding["kind"], finding.get("path"), finding.get("rank"))
             seen, count = worst.get(key, (finding, 0))
             if _rank(finding) <= _rank(seen):
                 seen = finding
             worst[key] = (seen, count + 1)
-    if not worst:  # a healthy run, or files written before windows were diagnosed
-        return None
     ordered = sorted(worst.values(), key=lambda item: (_rank(item[0]), -item[1]))
-    lines = [f"findings ({min(limit, len(ordered))} of {len(ordered)}, most severe first):"]
-    for finding, count in ordered[:limit]:
-        action = finding.get("action")
-        lines.append(
-            f"  {finding['severity']:<8} {finding['kind']}: {finding['message']} "
-            f"({count} of {_windows(len(recorded))})" + (f"; try: {action}" if action else "")
-        )
+    several = len({window.rank for window in windows}) > 1
+    return [
+        Recorded(finding, count, len(windows), _where(finding) if several else "")
+        for finding, count in ordered
+    ]
+
+
+def _where(finding: dict[str, Any]) -> str:
+    """Return "rank N" for a finding of one rank whose message does not name it."""
+    rank = finding.get("rank")
+    return "" if rank is None or f"rank {rank}" in finding["message"] else f"rank {rank}"
+
+
+def findings_text(windows: Sequence[Window], limit: int = LIMIT) -> str | None:
+    """Return at most `limit` lines of warnings and worse, most severe first; None if none."""
+    found = recorded_findings(windows)
+    if not found:  # a healthy run, or files written before windows were diagnosed
+        return None
+    lines = [f"findings ({min(limit, len(found))} of {len(found)}, most severe first):"]
+    lines += [f"  {item.severity:<8} {item.text()}" for item in found[:limit]]
     return "\n".join(lines)
 
 

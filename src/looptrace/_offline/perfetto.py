@@ -6,6 +6,10 @@ their lap's). Timestamps are microseconds since the earliest span of
 all inputs, so several rank files merge into one timeline; the epoch of that origin is kept in
 `otherData`. Events on one tid always nest: a span that would overlap a sibling on its thread
 without nesting (two independent timers interleaved) goes to an extra track of that thread.
+
+An event's args hold its path, step, rank, ids and, on an error, `status` and `error` (the
+exception), then every other attribute of the span under its own name (`looptrace.slow_lap`,
+the slow lap's time over the median; the rank attributes; an integration's attributes).
 """
 
 from __future__ import annotations
@@ -14,10 +18,13 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
+from looptrace._distributed.ranks import RANK
 from looptrace._offline.span_records import SpanRecord
+from looptrace._stats.attributes import PATH, STEP, THREAD_ID, THREAD_NAME
 from looptrace._stats.version import version
 
 _NO_THREAD = "spans without thread.id"
+_SHOWN = frozenset({PATH, STEP, RANK, THREAD_ID, THREAD_NAME})  # the event shows them already
 
 
 def chrome_trace(spans: Sequence[SpanRecord]) -> dict[str, Any]:
@@ -115,11 +122,16 @@ def _event(span: SpanRecord, origin: int, tid: int) -> dict[str, Any]:
     args: dict[str, Any] = {"path": span.path}
     if span.step is not None:
         args["step"] = span.step
-    args.update(trace_id=span.trace_id, span_id=span.span_id)
+    args.update(rank=span.rank, trace_id=span.trace_id, span_id=span.span_id)
     if span.parent_id:
         args["parent_span_id"] = span.parent_id
     if span.error:
         args["status"] = "ERROR"
+        if span.status_message:
+            args["error"] = span.status_message
+    for key, value in span.attributes.items():
+        if key not in _SHOWN and key not in args and value is not None:
+            args[key] = value
     return {
         "name": span.name,
         "cat": "looptrace",

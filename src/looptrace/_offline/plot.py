@@ -14,14 +14,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from looptrace._offline import palette
 from looptrace._offline.output import SOFTWARE_KEY
 from looptrace._offline.plot_data import SELF, PlotData
 from looptrace._offline.table import format_seconds
 from looptrace._stats.version import version
 
-_SELF_COLOR = "#c7c7c7"
 _MAX_BARS = 120
 _MAX_LABELS = 12
+_MAX_LABEL = 40  # characters of a section's name in a legend or on an axis
 
 
 def draw(data: PlotData, output: Path, width_px: int, height_px: int) -> None:
@@ -33,7 +34,7 @@ def draw(data: PlotData, output: Path, width_px: int, height_px: int) -> None:
     steps_ax = fig.add_subplot(grid[0, :])
     colors = _colors(list(data.layers))
     _draw_steps(steps_ax, data, colors)
-    _draw_distributions(fig.add_subplot(grid[1, 0]), data)
+    _draw_distributions(fig.add_subplot(grid[1, 0]), data, colors)
     if data.ranks:
         _draw_ranks(fig.add_subplot(grid[1, 1]), data, colors)
     fig.suptitle(f"looptrace: {_short(data.timer)}  ({data.source})", fontsize=11)
@@ -41,18 +42,14 @@ def draw(data: PlotData, output: Path, width_px: int, height_px: int) -> None:
     fig.savefig(output, dpi=100, format="png", metadata=software)
 
 
-def _colors(names: Sequence[str]) -> dict[str, Any]:
-    from matplotlib import colormaps  # noqa: PLC0415
-
-    palette = colormaps["tab10"]
-    colors: dict[str, Any] = {}
-    for index, name in enumerate(n for n in names if n != SELF):
-        colors[name] = palette(index % palette.N)
-    colors[SELF] = _SELF_COLOR
+def _colors(names: Sequence[str]) -> dict[str, str]:
+    """Return the shared palette's colour of each section layer (the report's and watch's)."""
+    colors = palette.colours(n for n in names if n != SELF)
+    colors[SELF] = palette.TIMER_COLOUR
     return colors
 
 
-def _draw_steps(ax: Any, data: PlotData, colors: dict[str, Any]) -> None:
+def _draw_steps(ax: Any, data: PlotData, colors: dict[str, str]) -> None:
     x = data.steps
     lefts, widths = _columns(x, data.per_window)
     bottoms = [0.0] * len(x)
@@ -61,7 +58,7 @@ def _draw_steps(ax: Any, data: PlotData, colors: dict[str, Any]) -> None:
     for name, values in data.layers.items():
         if max(values, default=0.0) <= visible:
             continue  # e.g. a timer's own time when its sections cover it all
-        label = _short(name, data.timer)
+        label = _fit(_short(name, data.timer))
         tops = [b + v for b, v in zip(bottoms, values, strict=True)]
         if bars:
             ax.bar(
@@ -151,7 +148,7 @@ def _cut_outliers(ax: Any, x: Sequence[float], totals: Sequence[float]) -> None:
     )
 
 
-def _draw_distributions(ax: Any, data: PlotData) -> None:
+def _draw_distributions(ax: Any, data: PlotData, colors: dict[str, str]) -> None:
     rng = random.Random(0)
     rows = list(reversed(data.sections))  # first section on top
     for row, path in enumerate(rows):
@@ -161,12 +158,14 @@ def _draw_distributions(ax: Any, data: PlotData) -> None:
         dots = [v for v in data.samples.get(path, ()) if v > 0]
         if dots:
             jitter = [row + rng.uniform(-0.25, 0.25) for _ in dots]
-            ax.scatter(dots, jitter, s=4, alpha=0.25, color="#1f77b4", lw=0, zorder=2)
+            shown = {name: c for name, c in colors.items() if name not in (SELF, palette.OTHER)}
+            colour = palette.colour_of(path, shown) or palette.TIMER_COLOUR
+            ax.scatter(dots, jitter, s=4, alpha=0.35, color=colour, lw=0, zorder=2)
         if not math.isnan(stats.p50):
             ax.plot(stats.p50, row, marker="|", ms=16, mew=2.5, color="black", zorder=3)
         if not math.isnan(stats.p99):
             ax.plot(stats.p99, row, marker="D", ms=5, color="#d62728", zorder=3)
-    ax.set_yticks(range(len(rows)), [_short(p) for p in rows], fontsize=8)
+    ax.set_yticks(range(len(rows)), [_fit(_short(p)) for p in rows], fontsize=8)
     ax.set_ylim(-0.7, len(rows) - 0.3)
     ax.set_xscale("log")
     ax.xaxis.set_major_formatter(_seconds_formatter())
@@ -188,7 +187,7 @@ def _draw_distributions(ax: Any, data: PlotData) -> None:
     ax.legend(loc="lower right", fontsize=8, framealpha=0.9)
 
 
-def _draw_ranks(ax: Any, data: PlotData, colors: dict[str, Any]) -> None:
+def _draw_ranks(ax: Any, data: PlotData, colors: dict[str, str]) -> None:
     ranks = sorted(data.ranks)
     bottoms = [0.0] * len(ranks)
     for name in data.layers:
@@ -220,6 +219,22 @@ def _seconds_formatter() -> Any:
     from matplotlib.ticker import FuncFormatter  # noqa: PLC0415
 
     return FuncFormatter(lambda value, _pos: format_seconds(value) if value > 0 else "0")
+
+
+def _fit(label: str, limit: int = _MAX_LABEL) -> str:
+    """Return `label` cut to `limit` characters, keeping its last components (hook names).
+
+    Lightning's hook paths run to a hundred characters; untouched they squeeze the chart.
+    """
+    if len(label) <= limit:
+        return label
+    parts = label.split(".")
+    kept = parts[-1]
+    for part in reversed(parts[:-1]):
+        if len(part) + len(kept) + 3 > limit:
+            break
+        kept = f"{part}.{kept}"
+    return "…." + kept if len(kept) + 2 <= limit else "…" + kept[-(limit - 1) :]
 
 
 def _short(path: str, parent: str = "") -> str:

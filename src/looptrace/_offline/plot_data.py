@@ -1,7 +1,8 @@
 """What `looptrace plot` draws, computed from spans or windows (no plotting library needed).
 
-- per step: the time of one timer split into its child sections (plus its own remaining
-  time), from spans per step, from snapshot or metrics windows as the mean step of each window;
+- per step: the time of one timer (default: the outermost one with the most laps) split into
+  its `LEGEND` largest child sections, the rest as "other", plus its own remaining time, from
+  spans per step, from snapshot or metrics windows as the mean step of each window;
 - per section: the duration distribution (every span, or a window's min/p50/p99/max);
 - per rank (several ranks): the mean step of the timer split the same way.
 """
@@ -15,7 +16,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from looptrace._offline.palette import LEGEND, OTHER
 from looptrace._offline.reader import InputError, Window
+from looptrace._offline.report_data import main_timer
 from looptrace._offline.summary import Summary
 from looptrace._offline.table import tree_paths
 from looptrace._offline.text import escaped
@@ -45,9 +48,11 @@ class PlotData:
 
 
 def choose_timer(stats: Mapping[str, SectionStats], wanted: str | None) -> tuple[str, list[str]]:
-    """Return the timer to split per step (default: the outermost one with the largest total).
+    """Return the timer to split per step (default: the outermost one with the most laps).
 
-    Returns the timer and its direct child sections, largest total first.
+    Returns the timer and its direct child sections, largest total first. The most laps, not
+    the largest total: a run's one-lap wrapper timer (Lightning's `lightning_fit`) says nothing
+    per step.
     """
     order = tree_paths(stats)
     if wanted is not None:
@@ -56,14 +61,15 @@ def choose_timer(stats: Mapping[str, SectionStats], wanted: str | None) -> tuple
             raise InputError(f"no section {wanted!r} in the input (outermost: {known})")
         timer = wanted
     else:
-        timer = max((p for p, _, depth in order if depth == 0), key=lambda p: stats[p].total)
+        timer = main_timer(dict(stats))
     children = [path for path, parent, _ in order if parent == timer]
     return timer, children
 
 
 def _sections(stats: Mapping[str, SectionStats]) -> list[str]:
-    """Return up to `MAX_SECTIONS` paths with the largest totals, in tree order."""
-    biggest = set(sorted(stats, key=lambda p: -stats[p].total)[:MAX_SECTIONS])
+    """Return up to `MAX_SECTIONS` paths with the largest totals (none of 0 s), in tree order."""
+    timed = [path for path in stats if stats[path].total > 0]  # a NaN total is no time either
+    biggest = set(sorted(timed, key=lambda p: -stats[p].total)[:MAX_SECTIONS])
     return [path for path, _, _ in tree_paths(stats) if path in biggest]
 
 
@@ -167,8 +173,13 @@ def _total(stats: SectionStats) -> float:
 def _split(
     sums: Mapping[str, float], divisor: int, chosen: str, children: Sequence[str]
 ) -> dict[str, float]:
-    """Return the mean time per step of each child and of the timer's own remainder."""
-    parts = {child: sums.get(child, 0.0) / divisor for child in children}
+    """Return the mean time per step of the largest children, "other", and the timer's own rest.
+
+    `children` are largest first; beyond `LEGEND` of them they add up to "other".
+    """
+    parts = {child: sums.get(child, 0.0) / divisor for child in children[:LEGEND]}
+    if len(children) > LEGEND:
+        parts[OTHER] = sum(sums.get(child, 0.0) for child in children[LEGEND:]) / divisor
     parts[SELF] = max(0.0, sums.get(chosen, 0.0) / divisor - sum(parts.values()))
     return parts
 
@@ -179,7 +190,8 @@ def _layers(
     chosen: str,
     children: Sequence[str],
 ) -> dict[str, list[float]]:
-    layers: dict[str, list[float]] = {name: [] for name in (*children, SELF)}
+    names = [*children[:LEGEND], *([OTHER] if len(children) > LEGEND else []), SELF]
+    layers: dict[str, list[float]] = {name: [] for name in names}
     for step_sums, divisor in zip(sums, divisors, strict=True):
         for name, value in _split(step_sums, divisor, chosen, children).items():
             layers[name].append(value)

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from looptrace._offline.findings import Recorded, recorded_findings
+from looptrace._offline.palette import LEGEND, OTHER
 from looptrace._offline.reader import (
     METRICS,
     SNAPSHOTS,
@@ -34,8 +36,7 @@ from looptrace._stats.snapshot import SectionStats
 if TYPE_CHECKING:
     from looptrace._offline.span_records import SpanRecord
 
-OTHER = "other"
-TOP_SECTIONS = 7  # sections with a colour of their own in the shares; the rest is "other"
+TOP_SECTIONS = LEGEND  # sections with a colour of their own in the shares; the rest is "other"
 MAX_WATERFALLS = 300  # traced steps whose waterfall the page carries
 MAX_WATERFALL_RANKS = 16  # ranks of one waterfall (the slowest in that step)
 MAX_HEATMAP_RANKS = 64
@@ -71,6 +72,8 @@ class ReportData:
     waterfalls: dict[int, list[SpanRecord]] = field(default_factory=dict)
     waterfall_note: str = ""
     wall_s: float = math.nan
+    findings: list[Recorded] = field(default_factory=list)  # warnings and worse, worst first
+    diagnosed: int = 0  # the snapshot windows whose findings were read (0: no snapshot file)
 
     @property
     def ranks(self) -> list[int]:
@@ -134,11 +137,15 @@ def load_report(names: Sequence[str], warn: Warn) -> ReportData:
     if by_kind[SNAPSHOTS] and by_kind[METRICS]:
         ignored = ", ".join(f.name for f in by_kind[METRICS])
         warn(f"{ignored}: metrics files ignored; the snapshot files hold the same windows")
-    windows = [w for w in load_windows(kind, by_kind[kind], warn) if w.subtree == "root"]
+    every = load_windows(kind, by_kind[kind], warn)
+    windows = [w for w in every if w.subtree == "root"]
     if not spans and not windows:
         raise InputError(f"no readable records in {', '.join(names)}")
     summary = summarize_windows(windows) if windows else summarize_spans(spans)
-    return _compute([*files], summary, windows, spans, has_windows=bool(windows))
+    data = _compute([*files], summary, windows, spans, has_windows=bool(windows))
+    if kind == SNAPSHOTS:  # what `looptrace summary` prints: every window's recorded diagnosis
+        data.findings, data.diagnosed = recorded_findings(every), len(every)
+    return data
 
 
 def main_timer(stats: dict[str, SectionStats]) -> str:

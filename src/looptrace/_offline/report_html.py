@@ -11,6 +11,7 @@ from looptrace._offline.report_data import MAX_HEATMAP_RANKS, ReportData, excess
 from looptrace._offline.table import format_seconds, tree_paths
 
 SLOWEST = 5
+FINDINGS = 20  # findings listed; the rest are counted
 HEATMAP_SECTIONS = 12
 
 _CSS = """
@@ -36,6 +37,10 @@ td.path{white-space:pre;font-family:ui-monospace,Menlo,Consolas,monospace}
 #tip{position:fixed;pointer-events:none;background:#222;color:#fff;font-size:12px;
 padding:4px 7px;border-radius:4px;white-space:pre;display:none;z-index:2}
 ol.slowest li{margin:.2em 0}
+ul.findings{list-style:none;padding:0}ul.findings li{margin:.3em 0;padding:4px 10px;
+background:#fff;border:1px solid #ddd;border-left:5px solid #e6a23c;border-radius:4px}
+ul.findings li.critical{border-left-color:#d62728}.sev{font-weight:bold;margin-right:.4em}
+ul.findings .try{color:#555;font-size:.9em}
 """
 
 _SCRIPT = """
@@ -98,6 +103,8 @@ def render(data: ReportData, made_by: str) -> str:
         f"<h1>{escape(title)}</h1>",
         f'<p class="note">{escape(data.description)}</p>',
         _glance(data, made_by),
+        "<h2>Diagnosis findings</h2>",
+        _findings(data),
         "<h2>Slowest sections</h2>",
         _slowest(data),
         "<h2>Step timeline</h2>",
@@ -147,8 +154,33 @@ def _glance(data: ReportData, made_by: str) -> str:
     return f'<div class="glance">{cells}</div>'
 
 
+def _findings(data: ReportData) -> str:
+    """Return the warnings and worse the snapshot windows' diagnosis recorded, worst first."""
+    if not data.diagnosed:
+        return (
+            '<p class="note">No snapshot file given: the diagnosis of each window is recorded '
+            "there. The slowest sections follow.</p>"
+        )
+    if not data.findings:
+        return (
+            f'<p class="note">No warning or worse in the diagnosis of the {data.diagnosed} '
+            f"window{'s' * (data.diagnosed != 1)}.</p>"
+        )
+    items = []
+    for item in data.findings[:FINDINGS]:
+        text = item.text(action=False)
+        action = f'<br><span class="try">try: {escape(item.action)}</span>' if item.action else ""
+        items.append(
+            f'<li class="{escape(item.severity)}"><span class="sev">{escape(item.severity)}</span> '
+            f"{escape(text)}{action}</li>"
+        )
+    more = len(data.findings) - FINDINGS
+    rest = f'<p class="note">… and {more} more.</p>'
+    return f'<ul class="findings">{"".join(items)}</ul>' + (rest if more > 0 else "")
+
+
 def _slowest(data: ReportData) -> str:
-    """Return the sections with the most self time (diagnosis findings will replace them)."""
+    """Return the sections with the most self time."""
     whole = data.stats[data.timer].total if data.timer in data.stats else math.nan
     candidates = [
         path

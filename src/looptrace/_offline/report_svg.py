@@ -11,14 +11,14 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from typing import TYPE_CHECKING
 
-from looptrace._offline.report_data import OTHER, Lap, ReportData
+from looptrace._offline import palette
+from looptrace._offline.palette import OTHER, OTHER_COLOUR, TIMER_COLOUR
+from looptrace._offline.report_data import Lap, ReportData
 from looptrace._offline.table import format_seconds
 
 if TYPE_CHECKING:
     from looptrace._offline.span_records import SpanRecord
 
-PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#9c755f")
-OTHER_COLOUR = "#c7c7c7"
 RANK_PALETTE = (
     "#1f77b4",
     "#2ca02c",
@@ -37,10 +37,8 @@ _LEFT, _RIGHT, _TOP, _BOTTOM = 70, 20, 12, 28
 
 
 def colours(sections: Sequence[str]) -> dict[str, str]:
-    """Return one colour per section path (the page uses the same everywhere)."""
-    mapping = {path: PALETTE[i % len(PALETTE)] for i, path in enumerate(sections)}
-    mapping[OTHER] = OTHER_COLOUR
-    return mapping
+    """Return one colour per section path: the shared palette's (plot and watch use it too)."""
+    return palette.colours(sections)
 
 
 def short(path: str, timer: str) -> str:
@@ -368,7 +366,8 @@ def _depths(spans: Sequence[SpanRecord]) -> dict[str, int]:
 
 def _span_colour(path: str, colour_of: Mapping[str, str], timer: str) -> str:
     """Return the colour of the top section a span belongs to (grey for the timer itself)."""
-    for section, colour in colour_of.items():
-        if path == section or path.startswith(section + "."):
-            return colour
-    return "#8a8a8a" if path == timer else OTHER_COLOUR
+    sections = {section: colour for section, colour in colour_of.items() if section != OTHER}
+    colour = palette.colour_of(path, sections)
+    if colour is not None:
+        return colour
+    return TIMER_COLOUR if path == timer else OTHER_COLOUR

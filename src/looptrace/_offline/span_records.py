@@ -35,6 +35,7 @@ class SpanRecord:
     host: str | None
     error: bool
     attributes: dict[str, Any]
+    status_message: str = ""  # the error's description ("ValueError: ...") on an ERROR span
 
     @property
     def duration_ns(self) -> int:
@@ -104,6 +105,7 @@ def records_of(request: ExportTraceServiceRequest) -> Iterator[SpanRecord]:
                     host=host if isinstance(host, str) else None,
                     error=span.status.code == Status.STATUS_CODE_ERROR,
                     attributes=attributes,
+                    status_message=span.status.message,
                 )
 
 

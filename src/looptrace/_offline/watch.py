@@ -17,19 +17,26 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, TextIO
 
 from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from looptrace._export.records import LOSS_KIND
+from looptrace._offline.findings import recorded_findings
+from looptrace._offline.keys import Keys
+from looptrace._offline.palette import LEGEND, OTHER, colour_of, colours
 from looptrace._offline.reader import SNAPSHOTS, Warn, Window, kind_of, snapshot_window
-from looptrace._offline.report_data import expand_inputs, main_timer
+from looptrace._offline.report_data import children_of, expand_inputs, main_timer
 from looptrace._offline.table import format_seconds, tree_paths
+from looptrace._offline.text import one_line
 from looptrace._stats.snapshot import SectionStats
 
 _HEAD = 256
+FINDINGS = 5  # findings shown below the table
+WARNINGS_PER_FILE = 3  # bad lines of one file named; the rest are skipped silently
 STALE_WINDOWS = 3  # a rank is stale after this many of its windows' durations of silence
 
 
@@ -42,9 +49,13 @@ class Follower:
         self._inode: int | None = None
         self._partial = b""
         self._head = b""  # the file's first bytes, to tell a rewritten file from a grown one
+        self._number = 0  # lines read since the file was (re)opened
 
-    def new_lines(self) -> list[bytes]:
-        """Return the complete lines written since the last call (none if the file is gone)."""
+    def new_lines(self) -> list[tuple[int, bytes]]:
+        """Return `(line number, line)` of the complete non-blank lines written since the last call.
+
+        None if the file is gone; a file rotated or truncated is read again from line 1.
+        """
         try:
             with self.path.open("rb") as handle:
                 chunk = self._read(handle)
@@ -53,7 +64,8 @@ class Follower:
         self._offset += len(chunk)
         data = self._partial + chunk
         *lines, self._partial = data.split(b"\n")
-        return [line for line in lines if line.strip()]
+        first, self._number = self._number + 1, self._number + len(lines)
+        return [(first + i, line) for i, line in enumerate(lines) if line.strip()]
 
     def _read(self, handle: BinaryIO) -> bytes:
         status = os.fstat(handle.fileno())
@@ -63,6 +75,7 @@ class Follower:
             or handle.read(len(self._head)) != self._head
         ):  # rotated, truncated, or truncated and rewritten since the last look
             self._inode, self._offset, self._partial, self._head = status.st_ino, 0, b"", b""
+            self._number = 0
         if self._offset < _HEAD:
             handle.seek(0)
             self._head = handle.read(min(_HEAD, status.st_size))
@@ -104,13 +117,20 @@ class WatchState:
 
 
 class Watcher:
-    """Follows the snapshot files named (files, directories, globs, re-expanded each poll)."""
+    """Follows the snapshot files named (files, directories, globs, re-expanded each poll).
+
+    Bad input gets the one-line warnings of the other commands: a file that is not
+    looptrace's, or holds spans or metrics rather than snapshots, once, and then is not read;
+    an unreadable or malformed line by its number, `WARNINGS_PER_FILE` per file at most.
+    """
 
     def __init__(self, names: Sequence[str], warn: Warn, clock: Callable[[], float]) -> None:
         self._names = list(names)
         self._warn = warn
         self._clock = clock
         self._followers: dict[str, Follower] = {}
+        self._ignored: set[str] = set()  # files that are not snapshot files
+        self._warned: dict[str, int] = {}
         self.state = WatchState()
 
     def poll(self) -> int:
@@ -120,25 +140,41 @@ class Watcher:
         added = 0
         now = self._clock()
         for name, follower in self._followers.items():
-            for line in follower.new_lines():
-                window, seconds = self._parse(name, line)
+            if name in self._ignored:
+                continue
+            for number, line in follower.new_lines():
+                window, seconds = self._parse(name, number, line)
                 if window is not None:
                     self.state.add(window, seconds, now)
                     added += 1
+                if name in self._ignored:
+                    break
         return added
 
-    def _parse(self, name: str, line: bytes) -> tuple[Window | None, float]:
+    def _parse(self, name: str, number: int, line: bytes) -> tuple[Window | None, float]:
         try:
             record = json.loads(line)
         except (ValueError, RecursionError):
-            self._warn(f"{name}: an unreadable line; skipped")
+            self._bad(name, f"skipped unreadable line {number}")
             return None, math.nan
-        if kind_of(record) != SNAPSHOTS:
+        if isinstance(record, dict) and record.get("kind") == LOSS_KIND:
+            return None, math.nan  # the writer's count of windows it could not write
+        kind = kind_of(record)
+        if kind != SNAPSHOTS:
+            self._ignored.add(name)
+            if kind is None:
+                keys = ", ".join(list(record)[:4]) if isinstance(record, dict) else "none"
+                self._warn(
+                    f"{name}: not a looptrace span, snapshot or metrics file (line {number} "
+                    f"has keys: {one_line(keys)}); skipped"
+                )
+            else:
+                self._warn(f"{name}: a {kind} file; watch follows snapshot files; skipped")
             return None, math.nan
         try:
             window = snapshot_window(record)
         except (TypeError, ValueError, KeyError, AttributeError, OverflowError) as error:
-            self._warn(f"{name}: a malformed snapshot line ({error}); skipped")
+            self._bad(name, f"line {number} is a malformed snapshot record ({error}); skipped")
             return None, math.nan
         if window.subtree != "root":
             return None, math.nan
@@ -146,13 +182,22 @@ class Watcher:
         known = isinstance(start, int) and isinstance(end, int) and end > start
         return window, (end - start) / 1e9 if known else math.nan
 
+    def _bad(self, name: str, problem: str) -> None:
+        """Warn about a bad line of `name` (`problem` in one line), a few per file."""
+        count = self._warned[name] = self._warned.get(name, 0) + 1
+        if count <= WARNINGS_PER_FILE:
+            self._warn(f"{name}: {one_line(problem)}")
+        if count == WARNINGS_PER_FILE:
+            self._warn(f"{name}: further bad lines are skipped without a warning")
+
 
 def view(state: WatchState, now: float) -> Group:
     """Return the header line and the table of sections of the latest windows."""
     latest = {rank: s.window for rank, s in state.ranks.items()}
     stale = state.stale(now)
     header = Text(
-        f"step {state.step if state.step is not None else '-'} | {state.windows} windows | "
+        f"step {state.step if state.step is not None else '-'} | {state.windows} "
+        f"window{'' if state.windows == 1 else 's'} | "
         f"{len(latest)} rank{'' if len(latest) == 1 else 's'}"
     )
     if stale:
@@ -171,11 +216,30 @@ def view(state: WatchState, now: float) -> Group:
     throughput = _throughput(state, timer)
     if throughput:
         header.append(f" | {throughput}")
+    coloured = colours(children_of(merged, timer)[:LEGEND])  # as in the plot and the report
+    del coloured[OTHER]
     for path, parent, depth in tree_paths(merged):
         row = _row(path, timer, latest)
         name = "  " * depth + (path[len(parent) + 1 :] if parent else path)
-        table.add_row(name, *row)
-    return Group(header, table)
+        table.add_row(Text(name, style=colour_of(path, coloured) or ""), *row)
+    return Group(header, table, _findings(list(latest.values())))
+
+
+def _findings(latest: list[Window]) -> Text:
+    """Return the warnings and worse of the latest window of every rank, worst first."""
+    found = recorded_findings(latest)
+    if not found:
+        return Text("no finding of warning or worse in the latest windows", style="dim")
+    text = Text("current findings:")
+    for item in found[:FINDINGS]:
+        text.append("\n  ")
+        text.append(
+            f"{item.severity:<8}", style="bold red" if item.severity == "critical" else "yellow"
+        )
+        text.append(" " + item.text())
+    if len(found) > FINDINGS:
+        text.append(f"\n  ... and {len(found) - FINDINGS} more")
+    return text
 
 
 def _row(path: str, timer: str, latest: dict[int, Window]) -> list[str]:
@@ -224,18 +288,29 @@ def watch(
     updates: int | None = None,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
+    keys: TextIO | None = None,
 ) -> int:
-    """Follow the files and redraw at each new window until Ctrl-C (or `updates` redraws)."""
+    """Follow the files and redraw at each new window until `q` or Ctrl-C (or `updates` redraws).
+
+    `q` is read from `keys` (the CLI gives stdin) when it is a terminal; else only Ctrl-C quits.
+    """
     watcher = Watcher(names, warn, clock)
     drawn = 0
     watcher.poll()
-    with Live(view(watcher.state, clock()), console=console, auto_refresh=False) as live:
-        try:
-            while updates is None or drawn < updates:
-                sleep(interval)
-                if watcher.poll() or watcher.state.stale(clock()):
-                    live.update(view(watcher.state, clock()), refresh=True)
-                    drawn += 1
-        except KeyboardInterrupt:
-            pass
+    with Keys(keys, sleep) as typed:
+        footer = Text("q or Ctrl-C quits" if typed.active else "Ctrl-C quits", style="dim")
+
+        def frame() -> Group:
+            return Group(view(watcher.state, clock()), footer)
+
+        with Live(frame(), console=console, auto_refresh=False) as live:
+            try:
+                while updates is None or drawn < updates:
+                    if "q" in typed.wait(interval).lower():
+                        break
+                    if watcher.poll() or watcher.state.stale(clock()):
+                        live.update(frame(), refresh=True)
+                        drawn += 1
+            except KeyboardInterrupt:
+                pass
     return 0
