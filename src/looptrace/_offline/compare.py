@@ -25,7 +25,7 @@ from looptrace._offline.reader import (
 )
 from looptrace._offline.report_data import expand_inputs, main_timer
 from looptrace._offline.summary import merge_windows
-from looptrace._offline.table import format_seconds
+from looptrace._stats.units import format_seconds
 
 RESAMPLES = 1000
 LEVEL = 0.95

@@ -17,7 +17,7 @@ from typing import Any
 from looptrace._offline import palette
 from looptrace._offline.output import SOFTWARE_KEY
 from looptrace._offline.plot_data import SELF, PlotData
-from looptrace._offline.table import format_seconds
+from looptrace._stats.units import format_seconds
 from looptrace._stats.version import version
 
 _MAX_BARS = 120

@@ -8,7 +8,8 @@ from html import escape
 
 from looptrace._offline import report_svg as svg
 from looptrace._offline.report_data import MAX_HEATMAP_RANKS, ReportData, excess_over_median
-from looptrace._offline.table import format_seconds, tree_paths
+from looptrace._offline.table import tree_paths
+from looptrace._stats.units import format_seconds
 
 SLOWEST = 5
 FINDINGS = 20  # findings listed; the rest are counted

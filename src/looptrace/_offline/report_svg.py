@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from looptrace._offline import palette
 from looptrace._offline.palette import OTHER, OTHER_COLOUR, TIMER_COLOUR
 from looptrace._offline.report_data import Lap, ReportData
-from looptrace._offline.table import format_seconds
+from looptrace._stats.units import format_seconds
 
 if TYPE_CHECKING:
     from looptrace._offline.span_records import SpanRecord

@@ -20,12 +20,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from looptrace._offline.reader import InputError, Window
-from looptrace._offline.table import format_seconds, render_table
+from looptrace._offline.table import render_table
 from looptrace._offline.text import escaped
 from looptrace._offline.throughput import memory_line, throughput_lines
 from looptrace._stats.buckets import BOUNDARIES_S
 from looptrace._stats.sketch import nearest_rank
 from looptrace._stats.snapshot import SectionStats
+from looptrace._stats.units import format_seconds
 
 if TYPE_CHECKING:
     from looptrace._offline.span_records import SpanRecord

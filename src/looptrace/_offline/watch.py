@@ -30,9 +30,10 @@ from looptrace._offline.keys import Keys
 from looptrace._offline.palette import LEGEND, OTHER, colour_of, colours
 from looptrace._offline.reader import SNAPSHOTS, Warn, Window, kind_of, snapshot_window
 from looptrace._offline.report_data import children_of, expand_inputs, main_timer
-from looptrace._offline.table import format_seconds, tree_paths
+from looptrace._offline.table import tree_paths
 from looptrace._offline.text import one_line
 from looptrace._stats.snapshot import SectionStats
+from looptrace._stats.units import format_seconds
 
 _HEAD = 256
 FINDINGS = 5  # findings shown below the table
