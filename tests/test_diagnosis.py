@@ -106,6 +106,21 @@ def test_roles_name_the_data_section(tmp_path: Any) -> None:
         cap.lt.shutdown()
 
 
+def test_a_timer_around_the_laps_counts_only_the_time_outside_them(cap: Capture) -> None:
+    """A `fit` timer running around 10 laps of 100 ms, 20 ms before them: 2 %, no warning."""
+    fit, timer = cap.lt.timer("fit"), cap.lt.timer("train")
+    fit.record("setup")
+    cap.clock.advance(0.020)
+    fit.record()  # the fit's own lap runs on, around the training laps
+    for _ in range(10):
+        with timer.section("forward"):
+            cap.clock.advance(0.100)
+    fit.stop()
+    snap = cap.lt.reset()
+    assert snap["root.fit"].total == pytest.approx(1.02)
+    assert [f for f in snap.diagnosis() if f.kind == "outside_laps"] == []
+
+
 def test_time_outside_the_laps_is_named_with_the_other_timers(cap: Capture) -> None:
     """A third of the window in an `eval` timer between laps: outside_laps, critical, eval named."""
     timer, evaluate = cap.lt.timer("train"), cap.lt.timer("eval")

@@ -83,17 +83,20 @@ def _outside_laps(
 
     The main loop is the lap path with the most time. Time in no timer at all is not
     counted: a window of `timer.reset()` spans time its timer never ran, which says nothing.
+    Other timers count at most the window's time outside the main loop's laps.
     """
     wall_s = (snapshot.end_ns - snapshot.start_ns) / 1e9
     if not laps or wall_s <= 0:
         return [abstain("outside_laps", "no lap in the window: time outside laps not measured")]
     main = max(laps, key=lambda p: snapshot[p].total)
     others = {p: snapshot[p].total for p in laps if p != main}
+    # Other timers count up to the time main's laps did not run: one may run around them
+    # (a framework's timer of the whole fit), and its time then overlaps theirs.
+    outside_s = min(sum(others.values()), max(0.0, wall_s - snapshot[main].total))
     inside = [p for p in snapshot if p.startswith(f"{main}.")]
-    others.update(
-        {p: snapshot[p].total for p in inside if roles.of(p) in ("evaluation", "checkpoint")}
-    )
-    outside_s = sum(others.values())
+    roled = {p: snapshot[p].total for p in inside if roles.of(p) in ("evaluation", "checkpoint")}
+    others.update(roled)
+    outside_s += sum(roled.values())
     share = outside_s / wall_s
     level = level_of(share, limits, "outside_laps")
     if level is None:
