@@ -269,10 +269,10 @@ def merge_windows(windows: Sequence[Window]) -> dict[str, SectionStats]:
     for window in windows:
         for path, stats in window.stats.items():
             groups[path].append(stats)
-    return {path: _merge(parts) for path, parts in sorted(groups.items())}
+    return {path: merge_path(parts) for path, parts in sorted(groups.items())}
 
 
-def _merge(parts: Sequence[SectionStats]) -> SectionStats:
+def merge_path(parts: Sequence[SectionStats]) -> SectionStats:
     """Merge one path's windows, those where no interval of it ended included.
 
     A window's `total` and `self_time` hold the time the path ran in it, also the part of an

@@ -11,7 +11,6 @@ profiler: it laps per batch from the batch hooks and logs a window's statistics 
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -21,86 +20,23 @@ from lightning.pytorch.profilers import Profiler
 from looptrace._core.section import Section
 from looptrace._core.timer import Timer
 from looptrace._looptrace import Looptrace, ResetHook
-from looptrace._offline.summary import _merge
+from looptrace._offline.summary import merge_path
 from looptrace._offline.table import render_table
 from looptrace._stats.snapshot import SectionStats, Snapshot
 from looptrace.integrations._common import DEFAULT_STATS, checked_stats, failed, flat_metrics
+from looptrace.integrations._lightning_actions import (
+    BATCH,
+    EPOCH,
+    FETCH,
+    Kind,
+    ends_validation,
+    kind_of,
+    section_name,
+    short_name,
+    validating,
+)
 
 __all__ = ["LooptraceCallback", "LooptraceProfiler", "section_name", "short_name"]
-
-FETCH = "[_TrainingEpochLoop].train_dataloader_next"
-EPOCH = "run_training_epoch"
-BATCH = "run_training_batch"
-# Actions that start outside a training batch even while its lap runs (validation inside an
-# epoch runs after a batch's hooks and before the next fetch).
-_OUTSIDE_BATCH = ("[_EvaluationLoop]", "validation", "sanity")
-CHECKPOINT = "save_checkpoint"
-# The batch-level actions timed by default: (where the action is defined, method) -> section.
-_SHORT = {
-    ("[Strategy]", "batch_to_device"): "to_device",
-    ("[Strategy]", "training_step"): "training_step",
-    ("[Strategy]", "backward"): "backward",
-    ("[LightningModule]", "optimizer_step"): "optimizer_step",
-}
-
-
-def short_name(action: str) -> str | None:
-    """Return the section name of a batch-level Lightning action, None for any other action.
-
-    The data fetch is `data`, `[Strategy]SingleDeviceStrategy.backward` is `backward`,
-    `[LightningModule]Model.optimizer_step` is `optimizer_step`, `save_checkpoint` is
-    `checkpoint`; validation's actions are one `validation` section (see `LooptraceProfiler`).
-    """
-    if action == FETCH:
-        return "data"
-    if action == CHECKPOINT:
-        return "checkpoint"
-    head, _, method = action.rpartition(".")
-    for (owner, name), section in _SHORT.items():
-        if method == name and head.startswith(owner):
-            return section
-    return None
-
-
-def _validating(action: str) -> bool:
-    """Whether `action` belongs to a validation run (or the sanity check before training)."""
-    return any(mark in action for mark in _OUTSIDE_BATCH)
-
-
-def _ends_validation(action: str) -> bool:
-    """Whether `action` starting means a validation run is over (training or saving goes on)."""
-    if _validating(action):
-        return False
-    return "train" in action or action == CHECKPOINT or "teardown" in action
-
-
-class _Kind(enum.Enum):
-    """What an action means for the laps."""
-
-    FETCH = "a training batch's data fetch"
-    BATCH = "a training batch"
-    OUTSIDE = "outside training batches"
-    SECTION = "a section"
-    SKIP = "not timed"
-
-
-def _kind(action: str) -> _Kind:
-    if action == FETCH:
-        return _Kind.FETCH
-    if action == BATCH:
-        return _Kind.BATCH
-    if any(mark in action for mark in _OUTSIDE_BATCH):
-        return _Kind.OUTSIDE
-    return _Kind.SECTION
-
-
-def section_name(action: str) -> str:
-    """Return the section name of a Lightning action: its dots become `:`.
-
-    `[Strategy]SingleDeviceStrategy.backward` becomes `[Strategy]SingleDeviceStrategy:backward`
-    (a dot separates path levels in looptrace).
-    """
-    return action.replace(".", ":") or "_"
 
 
 class _Frame:
@@ -174,7 +110,7 @@ class LooptraceProfiler(Profiler):
         self._watching: ResetHook | None = None
         self._trained = False
         self._validation: Section | None = None  # the running `validation` (default mode)
-        self._kinds: dict[str, _Kind] = {}
+        self._kinds: dict[str, Kind] = {}
         self._sections: dict[tuple[Timer, str], Section] = {}
 
     def setup(self, stage: str, local_rank: int | None = None, log_dir: str | None = None) -> None:
@@ -191,21 +127,21 @@ class LooptraceProfiler(Profiler):
         try:
             kind = self._kinds.get(action_name)
             if kind is None:
-                kind = _kind(action_name)
-                if kind is _Kind.SECTION and action_name != EPOCH and self._keep is not None:
-                    kind = _Kind.SECTION if self._keep(action_name) else _Kind.SKIP
+                kind = kind_of(action_name)
+                if kind is Kind.SECTION and action_name != EPOCH and self._keep is not None:
+                    kind = Kind.SECTION if self._keep(action_name) else Kind.SKIP
                 self._kinds[action_name] = kind
-            if kind is _Kind.SKIP:
+            if kind is Kind.SKIP:
                 return
-            if kind is _Kind.FETCH:
+            if kind is Kind.FETCH:
                 # A lap per batch: a prefetch before the batch's training step stays in its lap.
                 if self._trained or not self.batches.running:
                     self._close(self._in_batch, 0)
                     self.batches.record()
                     self._trained = False
-            elif kind is _Kind.BATCH:
+            elif kind is Kind.BATCH:
                 self._trained = True
-            elif kind is _Kind.OUTSIDE:
+            elif kind is Kind.OUTSIDE:
                 self._end_batch()
             inside = bool(self._in_batch) or self.batches.running
             if not inside and not self.fit.running:
@@ -225,7 +161,7 @@ class LooptraceProfiler(Profiler):
         """`start()` of the default: batch-level actions only, short names, one validation."""
         try:
             if self._validation is not None:
-                if action != FETCH and not _ends_validation(action):
+                if action != FETCH and not ends_validation(action):
                     return  # inside the validation run
                 self._end_validation()
             if action == FETCH:
@@ -236,7 +172,7 @@ class LooptraceProfiler(Profiler):
             elif action == BATCH:
                 self._trained = True
                 return
-            elif _validating(action):
+            elif validating(action):
                 parent = self.batches if self.batches.running else self.fit
                 self._validation = self._section(parent, "validation")
                 self._validation.start()
@@ -265,7 +201,7 @@ class LooptraceProfiler(Profiler):
 
     def stop(self, action_name: str) -> None:
         """End the latest running section of `action_name` and those started inside it."""
-        if self._kinds.get(action_name) is _Kind.SKIP:
+        if self._kinds.get(action_name) is Kind.SKIP:
             return
         try:
             for frames in (self._in_batch, self._outside):
@@ -290,7 +226,7 @@ class LooptraceProfiler(Profiler):
                     if stats.count and any(path == p or path.startswith(f"{p}.") for p in mine):
                         parts.setdefault(path, []).append(stats)
             self._windows.clear()
-            return render_table({path: _merge(found) for path, found in sorted(parts.items())})
+            return render_table({path: merge_path(found) for path, found in sorted(parts.items())})
         except Exception:
             failed(self.lt, "LooptraceProfiler.summary")
             return ""
