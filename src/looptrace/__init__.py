@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # the names below are imported on first use: the CLI's offlin
     from looptrace._distributed.ranks import RankInfo
     from looptrace._export.id_generator import StepIdGenerator
     from looptrace._export.processor import AggregatingSpanProcessor
-    from looptrace._looptrace import Looptrace
+    from looptrace._looptrace import Looptrace, ResetHook
     from looptrace._stats.errors import ConfigError, TimerError
     from looptrace._stats.finding import Finding
     from looptrace._stats.health import Health
@@ -41,6 +41,7 @@ __all__ = [
     "RankInfo",
     "RankSpread",
     "Rate",
+    "ResetHook",
     "Section",
     "SectionSpread",
     "SectionStats",
@@ -67,6 +68,7 @@ _LAZY = {
     "RankInfo": "looptrace._distributed.ranks",
     "RankSpread": "looptrace._stats.spread",
     "Rate": "looptrace._stats.rates",
+    "ResetHook": "looptrace._looptrace",
     "Section": "looptrace._core.section",
     "SectionSpread": "looptrace._stats.spread",
     "SectionStats": "looptrace._stats.snapshot",
