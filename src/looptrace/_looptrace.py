@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from looptrace._core.engine import Engine
 from looptrace._core.timer import Timer
 from looptrace._distributed.across_ranks import reduce_or_keep
+from looptrace._distributed.job import Scale
 from looptrace._distributed.ranks import RankInfo
 from looptrace._export.exit import release_exit_flush
 from looptrace._export.outputs import Outputs
@@ -54,6 +55,7 @@ class Looptrace:
         self.root = Timer(engine, "root", None)
         self.roles = Roles()  # configure(roles=..., wait_sections=...)
         self.limits: Mapping[str, float] = DEFAULTS  # configure(diagnosis_thresholds=...)
+        self.scale = Scale()  # configure(detail_ranks=..., job_rank=...)
         engine.reset_timer = self._reset_timer
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=_after_fork_hook(self))
@@ -161,7 +163,9 @@ class Looptrace:
                     {}, start_ns=0, end_ns=0, rank=self.rank.rank, subtree=subtree or "root"
                 )
                 closed.roles, closed.limits = self.roles, self.limits
-                return reduce_or_keep(closed, self._incidents, reduce=across_ranks)
+                return reduce_or_keep(
+                    closed, self._incidents, reduce=across_ranks, scale=self.scale
+                )
             engine.windows.close(now, final=final, subtree=subtree)  # final: closes the engine
             if self._processor is not None:
                 self._processor.merge_pending()
@@ -179,7 +183,9 @@ class Looptrace:
                 snapshot.memory = self._memory.read()
             except Exception:
                 self._incidents.failed("reading the memory of a window")
-        snapshot = reduce_or_keep(snapshot, self._incidents, reduce=across_ranks)  # counts it
+        snapshot = reduce_or_keep(  # counts the window
+            snapshot, self._incidents, reduce=across_ranks, scale=self.scale
+        )
         for sink in self._outputs.on_reset:
             try:
                 sink(snapshot)
