@@ -65,6 +65,7 @@ SERVED = {
     f"{JOB_DURATION}_count",
     f"{JOB_DURATION}_sum",
     "looptrace_job_section_window_duration_seconds",
+    "looptrace_memory_window_bytes",
 }
 
 
@@ -138,7 +139,9 @@ def prometheus_names(request: Any) -> tuple[set[str], set[str]]:
             for metric in scope_metrics.metrics:
                 family = (
                     metric.name.replace(".", "_")
-                    + {"s": "_seconds", "{span}": "", "{step}": "", "{rank}": ""}[metric.unit]
+                    + {"s": "_seconds", "By": "_bytes", "{span}": "", "{step}": "", "{rank}": ""}[
+                        metric.unit
+                    ]
                 )
                 kind = metric.WhichOneof("data")
                 if kind == "histogram":

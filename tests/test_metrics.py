@@ -39,6 +39,7 @@ METRICS = {
     "looptrace.rank.steps",
     "looptrace.rank.step.window.duration",
     "looptrace.rank.outside_wait",
+    "looptrace.memory.window",
 }
 
 

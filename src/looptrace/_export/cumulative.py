@@ -39,7 +39,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from looptrace._export.coalesced import Coalesced
 from looptrace._export.exemplars import ExemplarProcessor, TraceExemplar
 from looptrace._export.exponential import SCALE, HistogramKind, add_counts, dense, window_counts
-from looptrace._export.job_metrics import job_metrics, rank_metrics
+from looptrace._export.job_metrics import job_metrics, memory_metrics, rank_metrics
 from looptrace._export.metrics import (
     DROPPED_DESCRIPTION,
     DROPPED_METRIC,
@@ -138,6 +138,7 @@ class Totals:
     outside_wait_s: float = 0.0
     job: dict[str, Series] = field(default_factory=dict)
     straggler: Straggler | None = None
+    memory: dict[str, float] = field(default_factory=dict)  # the latest window's, in bytes
 
     def copy(self) -> Totals:
         """Return an independent copy."""
@@ -150,6 +151,7 @@ class Totals:
             self.outside_wait_s,
             {path: s.copy() for path, s in self.job.items()},
             self.straggler,
+            dict(self.memory),
         )
 
     def add(
@@ -180,7 +182,17 @@ class Totals:
                 self.items[key] = self.items.get(key, 0.0) + rate.total
                 if not math.isnan(rate.per_s):
                     self.rates[key] = rate.per_s
+        self._add_rank(snapshot)
+
+    def _add_rank(self, snapshot: Snapshot) -> None:
+        """Add a window's figures of this rank (its lap time, its memory) and of the job."""
         self.outside_wait_s += RankFigures.of(snapshot, snapshot.roles).outside_s
+        if snapshot.memory is not None:
+            self.memory = {
+                name.removesuffix("_bytes"): value
+                for name, value in snapshot.memory.metrics().items()
+                if name.endswith("_bytes")
+            }
         job = snapshot.job
         if job is not None and job.serves_job:
             for path, histogram in job.histograms.items():
@@ -382,7 +394,8 @@ class CumulativeHistograms:
             )
             return [*dropped_metrics, *rank_level]
         dropped_metric = self._dropped(totals, start, dropped, temporality)
-        return [*self._detail(totals, start, temporality), dropped_metric, *rank_level]
+        memory = memory_metrics(totals, self.attributes, start)
+        return [*self._detail(totals, start, temporality), dropped_metric, *memory, *rank_level]
 
     def _detail(
         self, totals: Totals, start: int, temporality: AggregationTemporality

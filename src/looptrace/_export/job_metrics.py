@@ -24,12 +24,16 @@ from opentelemetry.sdk.metrics.export import (
 
 from looptrace._distributed.ranks import RANK
 from looptrace._export.metrics import (
+    BYTES,
     CHRONIC_RANK_DESCRIPTION,
     CHRONIC_RANK_METRIC,
     JOB_DURATION_DESCRIPTION,
     JOB_DURATION_METRIC,
     JOB_WINDOW_DESCRIPTION,
     JOB_WINDOW_METRIC,
+    MEMORY,
+    MEMORY_DESCRIPTION,
+    MEMORY_METRIC,
     QUANTILE,
     QUANTILES,
     RANK_OUTSIDE_WAIT_DESCRIPTION,
@@ -112,6 +116,21 @@ def straggler_points(totals: Totals, base: dict[str, int]) -> tuple[Points, Poin
         [(job, straggler.excess_s)],
         [] if chronic is None else [(job, float(chronic))],
     )
+
+
+def memory_points(totals: Totals, base: dict[str, int]) -> Points:
+    """Return this rank's memory figures of the latest window that read them, in bytes."""
+    return [({**base, MEMORY: name}, value) for name, value in sorted(totals.memory.items())]
+
+
+def memory_metrics(totals: Totals, base: dict[str, int], start: int) -> list[Metric]:
+    """Return the memory gauge (part of a rank's detail), where a window read memory."""
+    points = memory_points(totals, base)
+    if not points:
+        return []
+    return [
+        _gauge(MEMORY_METRIC, MEMORY_DESCRIPTION, BYTES, points, start=start, now=totals.time_ns)
+    ]
 
 
 def job_metrics(

@@ -85,3 +85,12 @@ RANKS = "{rank}"
 def job_attributes(path: str, base: dict[str, int]) -> dict[str, str | int]:
     """Return the attributes of the job's points of a section: those of `base` but the rank."""
     return section_attributes(path, {k: v for k, v in base.items() if k != RANK})
+
+
+MEMORY_METRIC = "looptrace.memory.window"
+MEMORY_DESCRIPTION = (
+    "The process's memory at the latest window's close: host resident (and its peak), and "
+    "the CUDA allocator's peak allocated and reserved bytes over the window."
+)
+MEMORY = "looptrace.memory"  # the attribute naming the figure: host_rss, device_peak_reserved ...
+BYTES = "By"

@@ -18,6 +18,10 @@ that asks for OpenMetrics (Prometheus does) also gets the buckets' exemplars.
                                                `iterate(items=)`): section labels plus
                                                ``looptrace_unit``; `rate()` gives units/s
 ``looptrace_items_window_rate``                gauge: units per second of the latest window
+``looptrace_memory_window_bytes``              gauge of the latest window's memory, label
+                                               ``looptrace_memory``: ``host_rss``,
+                                               ``host_peak_rss``, ``device_peak_allocated``,
+                                               ``device_peak_reserved`` (where measured)
 ``looptrace_rank_steps_total``                 counter: laps of each outermost timer (steps)
 ``looptrace_rank_step_window_duration_seconds``  gauge: the step's p50 and p99 (``quantile``) of
                                                the latest window
@@ -32,7 +36,7 @@ that asks for OpenMetrics (Prometheus does) also gets the buckets' exemplars.
 =============================================  ================================================
 
 Every rank serves the `rank_` series and its units counted. The section histograms and
-quantiles, the window rates and the dropped-span counter are its detail: served by every
+quantiles, the window rates, the memory and the dropped-span counter are its detail: served by every
 rank until a cross-rank window names the ranks that serve it (`configure(detail_ranks=...)`),
 the dropped-span counter also once it is above zero.
 """
@@ -68,7 +72,7 @@ from looptrace._export.metrics import (
     WINDOW_DESCRIPTION,
     item_attributes,
 )
-from looptrace._export.prometheus_scale import job_families, rank_families
+from looptrace._export.prometheus_scale import job_families, memory_families, rank_families
 from looptrace._export.settings import PrometheusSettings
 from looptrace._stats.buckets import BOUNDARIES_S
 from looptrace._stats.errors import ConfigError
@@ -106,6 +110,7 @@ class SnapshotCollector(Collector):
         rank = {label(k): str(v) for k, v in histograms.attributes.items()}
         if detail:
             yield from self._detail(totals)
+            yield from memory_families(totals, histograms.attributes, label)
         dropped_spans = histograms.dropped_spans()
         if detail or dropped_spans:
             dropped = CounterMetricFamily(DROPPED_FAMILY, DROPPED_DESCRIPTION, labels=list(rank))

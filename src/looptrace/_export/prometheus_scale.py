@@ -17,11 +17,12 @@ from prometheus_client.core import (
 from prometheus_client.utils import floatToGoString
 
 from looptrace._export.cumulative import Series, Totals
-from looptrace._export.job_metrics import Points, rank_figures, straggler_points
+from looptrace._export.job_metrics import Points, memory_points, rank_figures, straggler_points
 from looptrace._export.metrics import (
     CHRONIC_RANK_DESCRIPTION,
     JOB_DURATION_DESCRIPTION,
     JOB_WINDOW_DESCRIPTION,
+    MEMORY_DESCRIPTION,
     QUANTILE,
     QUANTILES,
     RANK_OUTSIDE_WAIT_DESCRIPTION,
@@ -41,6 +42,7 @@ JOB_WINDOW_FAMILY = "looptrace_job_section_window_duration"
 STRAGGLER_RANK_FAMILY = "looptrace_job_straggler_rank"
 STRAGGLER_EXCESS_FAMILY = "looptrace_job_straggler_excess_seconds"
 CHRONIC_RANK_FAMILY = "looptrace_job_chronic_straggler_rank"
+MEMORY_FAMILY = "looptrace_memory_window_bytes"
 _LE = (*(floatToGoString(b) for b in BOUNDARIES_S), "+Inf")  # type: ignore[no-untyped-call]
 
 Label = Callable[[str], str]
@@ -58,6 +60,13 @@ def rank_families(totals: Totals, base: dict[str, int], label: Label) -> Iterato
     ):
         if points:
             yield _family(kind, name, description, points, label)
+
+
+def memory_families(totals: Totals, base: dict[str, int], label: Label) -> Iterator[Metric]:
+    """Yield this rank's memory figures of the latest window that read them (its detail)."""
+    points = memory_points(totals, base)
+    if points:
+        yield _family(GaugeMetricFamily, MEMORY_FAMILY, MEMORY_DESCRIPTION, points, label)
 
 
 def job_families(totals: Totals, base: dict[str, int], label: Label) -> Iterator[Metric]:
