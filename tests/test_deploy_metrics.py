@@ -50,6 +50,39 @@ from .servers import Prometheus
 DURATION = "looptrace_section_duration_seconds"
 WINDOW = "looptrace_section_window_duration_seconds"
 DROPPED = "looptrace_spans_dropped_total"
+JOB_DURATION = "looptrace_job_section_duration_seconds"
+# what a rank serves after a cross-rank window: its detail, its few series, the job's series
+SERVED = {
+    f"{DURATION}_bucket",
+    f"{DURATION}_count",
+    f"{DURATION}_sum",
+    WINDOW,
+    DROPPED,
+    "looptrace_rank_steps_total",
+    "looptrace_rank_step_window_duration_seconds",
+    "looptrace_rank_outside_wait_seconds_total",
+    f"{JOB_DURATION}_bucket",
+    f"{JOB_DURATION}_count",
+    f"{JOB_DURATION}_sum",
+    "looptrace_job_section_window_duration_seconds",
+    "looptrace_memory_window_bytes",
+}
+
+
+@pytest.fixture
+def job_group(tmp_path: Path) -> Iterator[None]:
+    """Run the test in a real one-rank gloo process group: reset(across_ranks=True) reduces.
+
+    The job's series are served from that reduce; with one rank they hold that rank's own.
+    """
+    dist = pytest.importorskip("torch.distributed", reason="needs torch (the test extra)")
+    dist.init_process_group(
+        "gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1
+    )
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
 
 
 def test_promql_usage_finds_every_kind_of_reference() -> None:
@@ -105,7 +138,10 @@ def prometheus_names(request: Any) -> tuple[set[str], set[str]]:
         for scope_metrics in resource_metrics.scope_metrics:
             for metric in scope_metrics.metrics:
                 family = (
-                    metric.name.replace(".", "_") + {"s": "_seconds", "{span}": ""}[metric.unit]
+                    metric.name.replace(".", "_")
+                    + {"s": "_seconds", "By": "_bytes", "{span}": "", "{step}": "", "{rank}": ""}[
+                        metric.unit
+                    ]
                 )
                 kind = metric.WhichOneof("data")
                 if kind == "histogram":
@@ -120,7 +156,7 @@ def prometheus_names(request: Any) -> tuple[set[str], set[str]]:
     return names, labels
 
 
-def test_otlp_push_translates_to_what_the_dashboard_reads() -> None:
+def test_otlp_push_translates_to_what_the_dashboard_reads(job_group: None) -> None:
     """The OTLP metrics push, named as the collector names it, is what deploy/ reads."""
     clock = FakeClock()
     with OtlpReceiver("grpc") as receiver:
@@ -133,17 +169,11 @@ def test_otlp_push_translates_to_what_the_dashboard_reads() -> None:
             traces_exporter="none",
         )
         laps(lt, clock, 3, 0.01)
-        lt.reset()
+        lt.reset(across_ranks=True)
         lt.shutdown()
         names, labels = prometheus_names(receiver.metric_requests[-1])
     usage, recorded = deploy_usage()
-    assert names == {
-        f"{DURATION}_bucket",
-        f"{DURATION}_count",
-        f"{DURATION}_sum",
-        WINDOW,
-        DROPPED,
-    }
+    assert names == SERVED
     assert {
         "unknown metrics": sorted(usage.metrics - names - recorded),
         "unknown labels": sorted(usage.labels - labels - TARGET_LABELS),
@@ -186,8 +216,13 @@ def test_data_links_open_traceql_searches_in_tempo() -> None:
 # -- against looptrace's Prometheus endpoint ------------------------------------------------
 
 
-def serving(rank: int, world_size: int, port: int) -> tuple[looptrace.Looptrace, FakeClock]:
-    """Configure a looptrace of one rank serving Prometheus on `port`, on a fake clock."""
+def serving(
+    rank: int, world_size: int, port: int, job_rank: int = 0
+) -> tuple[looptrace.Looptrace, FakeClock]:
+    """Configure a looptrace of one rank serving Prometheus on `port`, on a fake clock.
+
+    In the one-rank process group of `job_group` it serves the job's series if `job_rank` is 0.
+    """
     clock = FakeClock()
     options: dict[str, Any] = {"prometheus": f"{LOCALHOST}:{port}"}
     lt = looptrace.configure(
@@ -195,6 +230,7 @@ def serving(rank: int, world_size: int, port: int) -> tuple[looptrace.Looptrace,
         clock=clock,
         rank=looptrace.RankInfo(rank=rank, world_size=world_size),
         trace_every=0,
+        job_rank=job_rank,
         **options,
     )
     return lt, clock
@@ -207,7 +243,7 @@ def get(url: str) -> bytes:
         return body
 
 
-def test_configs_read_only_names_and_labels_the_endpoint_serves() -> None:
+def test_configs_read_only_names_and_labels_the_endpoint_serves(job_group: None) -> None:
     """Dashboard, rules and data sources use only served series and labels, and use them all."""
     from prometheus_client.parser import text_string_to_metric_families
 
@@ -215,7 +251,7 @@ def test_configs_read_only_names_and_labels_the_endpoint_serves() -> None:
     lt, clock = serving(1, 2, port)
     try:
         laps(lt, clock, 3, 0.01)
-        lt.reset()
+        lt.reset(across_ranks=True)
         text = get(f"http://{LOCALHOST}:{port}/metrics").decode()
     finally:
         lt.shutdown()
@@ -228,7 +264,7 @@ def test_configs_read_only_names_and_labels_the_endpoint_serves() -> None:
         "unknown labels": sorted(usage.labels - served_labels - TARGET_LABELS),
         "served but unused": sorted(served - usage.metrics),
     } == {"unknown metrics": [], "unknown labels": [], "served but unused": []}
-    assert served == {f"{DURATION}_bucket", f"{DURATION}_count", f"{DURATION}_sum", WINDOW, DROPPED}
+    assert served == SERVED
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float) -> bool:
@@ -242,13 +278,15 @@ def wait_for(predicate: Callable[[], bool], timeout: float) -> bool:
 
 
 @pytest.fixture
-def two_ranks(tmp_path: Path) -> Iterator[tuple[Prometheus, list[tuple[Any, FakeClock]]]]:
+def two_ranks(
+    tmp_path: Path, job_group: None
+) -> Iterator[tuple[Prometheus, list[tuple[Any, FakeClock]]]]:
     """Two ranks serving their endpoints, and a real Prometheus scraping both."""
     binary = os.environ.get("LOOPTRACE_TEST_PROMETHEUS") or shutil.which("prometheus")
     if not binary:
         pytest.skip("no prometheus binary; .ci/run installs Debian's prometheus package")
     ports = [free_port(), free_port()]
-    ranks = [serving(rank, 2, port) for rank, port in enumerate(ports)]
+    ranks = [serving(rank, 2, port, job_rank=rank) for rank, port in enumerate(ports)]
     server = None
     try:
         server = Prometheus(binary, ports, tmp_path)
@@ -269,13 +307,13 @@ def test_every_dashboard_query_and_rule_answers_from_a_real_prometheus(
     for window in (1, 2):  # two windows, scraped apart, so that rates are positive
         for (lt, clock), data_s in zip(ranks, (0.01, 0.075), strict=True):
             laps(lt, clock, 10, data_s)
-            lt.reset()
+            lt.reset(across_ranks=True)
 
         def scraped(n: int = 10 * window) -> bool:
             return sorted(float(r["value"][1]) for r in server.query(counts)) == [n, n]
 
         assert wait_for(scraped, 30), server.log.read_text()[-2000:]
-    recorded = "looptrace:section_rank_slowdown:ratio5m"
+    recorded = "looptrace:step_rank_slowdown:ratio"
     assert wait_for(
         lambda: len(server.query(f'{recorded}{{looptrace_path="root.train"}}')) == 2, 30
     )
@@ -287,12 +325,10 @@ def test_every_dashboard_query_and_rule_answers_from_a_real_prometheus(
         for q in dashboard_queries(dashboard) + datasource_queries(datasources)
         if not server.query(grafana_expr(q.expr.replace('"x"', '"root.train.data"'), values))
     ]
-    recordings = [
-        rule["record"]
-        for group in load_yaml(RULES)["groups"]
-        for rule in group["rules"]
-        if "record" in rule and not server.query(rule["record"])
-    ]
+    records = [r["record"] for g in load_yaml(RULES)["groups"] for r in g["rules"] if "record" in r]
+    # the rules over rates answer once an evaluation saw two scrapes of both windows
+    wait_for(lambda: all(server.query(record) for record in records), 30)
+    recordings = [record for record in records if not server.query(record)]
     assert (empty, recordings) == ([], [])
 
     # The step timer variable offers exactly the outermost timer.
@@ -332,7 +368,7 @@ def test_histogram_panels_show_exemplars_that_open_tempo() -> None:
         for target in panel.get("targets", [])
         if f"{DURATION}_bucket" in target.get("expr", "")
     ]
-    assert len(bucket_targets) == 4
+    assert len(bucket_targets) == 1  # the detail ranks' drill-down; the job's have none
     assert [title for title, exemplar in bucket_targets if exemplar is not True] == []
     (prometheus,) = [s for s in datasources["datasources"] if s["type"] == "prometheus"]
     (tempo,) = [s for s in datasources["datasources"] if s["type"] == "tempo"]

@@ -30,7 +30,17 @@ from looptrace.testing import Capture, FakeClock
 from .otlp_server import OtlpReceiver, wait_until
 
 DURATION = "looptrace.section.duration"
-METRICS = {DURATION, "looptrace.section.window.duration", "looptrace.spans.dropped"}
+# every rank's few series (its steps, their p50/p99, its time outside wait sections) beside
+# its detail (the section histograms and quantiles, the dropped spans)
+METRICS = {
+    DURATION,
+    "looptrace.section.window.duration",
+    "looptrace.spans.dropped",
+    "looptrace.rank.steps",
+    "looptrace.rank.step.window.duration",
+    "looptrace.rank.outside_wait",
+    "looptrace.memory.window",
+}
 
 
 def _looptrace_metrics(data: MetricsData | None) -> dict[str, Any]:

@@ -93,6 +93,34 @@ def test_endpoint_serves_cumulative_histograms_with_rank_labels() -> None:
     }
 
 
+def test_endpoint_serves_the_latest_windows_memory() -> None:
+    """The memory gauge holds the figures of the latest window that read them, by name."""
+    port = free_port()
+    clock = FakeClock()
+    rank = looptrace.RankInfo(rank=1, world_size=2)
+    lt = looptrace.configure(
+        tracer_provider=TracerProvider(), clock=clock, rank=rank, prometheus=port
+    )
+    with lt.timer("train").section("data"):
+        clock.advance(0.01)
+    snapshot = lt.reset()
+    samples = scrape(port)
+    lt.shutdown()
+    assert snapshot.memory is not None and snapshot.memory.host_rss  # Linux reports it
+    served = {
+        dict(labels)["looptrace_memory"]: value
+        for labels, value in samples["looptrace_memory_window_bytes"].items()
+    }
+    assert served == {
+        key.removesuffix("_bytes"): value
+        for key, value in snapshot.memory.metrics().items()
+        if key.endswith("_bytes")
+    }
+    assert {
+        dict(labels)["looptrace_rank"] for labels in samples["looptrace_memory_window_bytes"]
+    } == {"1"}
+
+
 def test_endpoint_binds_loopback_by_default_and_adds_the_local_rank() -> None:
     """A bare port binds 127.0.0.1 only; local rank r serves on port + r; shutdown frees it."""
     port = free_port()

@@ -11,8 +11,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 
 import looptrace
-from looptrace._export.run_settings import RunSettings, resolve_run
+from looptrace._distributed.job import Scale
+from looptrace._export.run_settings import RunSettings, resolve_run, scale
 from looptrace._export.settings_table import str_value
+from looptrace._stats.errors import ConfigError
 from looptrace.testing import FakeClock
 
 NONE_PASSED = {
@@ -131,3 +133,43 @@ def test_a_bad_sampler_variable_fails_configure(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv("OTEL_TRACES_SAMPLER", "jaeger_remote")
     with pytest.raises(looptrace.ConfigError, match="OTEL_TRACES_SAMPLER='jaeger_remote'"):
         looptrace.configure(tracer_provider=TracerProvider(), clock=FakeClock())
+
+
+def test_detail_ranks_and_job_rank_come_from_arguments_variables_or_the_table() -> None:
+    """`detail_ranks` and `job_rank`: argument over variable over the table's 8 and 0."""
+    assert scale(None, None, 16, {}) == Scale(detail_ranks=8, job_rank=0)
+    environ = {"LOOPTRACE_DETAIL_RANKS": " ALL ", "LOOPTRACE_JOB_RANK": "3"}
+    assert scale(None, None, 16, environ) == Scale(detail_ranks="all", job_rank=3)
+    assert scale(2, 5, 16, environ) == Scale(detail_ranks=2, job_rank=5)
+    assert scale("all", 0, 1, {}) == Scale(detail_ranks="all", job_rank=0)
+
+
+@pytest.mark.parametrize(
+    ("detail_ranks", "job_rank", "environ", "message"),
+    [
+        (-1, None, {}, "detail_ranks: expected a whole number or 'all', got -1"),
+        ("some", None, {}, "detail_ranks: expected a whole number or 'all', got 'some'"),
+        (True, None, {}, "detail_ranks: expected a whole number or 'all', got True"),
+        (
+            None,
+            None,
+            {"LOOPTRACE_DETAIL_RANKS": "8.5"},
+            "LOOPTRACE_DETAIL_RANKS: expected a whole number from 0 to 1000000, got '8.5'",
+        ),
+        (None, 4, {}, "job_rank: rank 4 is not in a job of 4 ranks"),
+        (None, None, {"LOOPTRACE_JOB_RANK": "9"}, "LOOPTRACE_JOB_RANK: rank 9 is not in a job"),
+    ],
+)
+def test_bad_detail_ranks_or_job_rank_fail_configure_naming_the_setting(
+    detail_ranks: object, job_rank: object, environ: dict[str, str], message: str
+) -> None:
+    """A value that is not a whole number in range, or a rank the job lacks, is refused."""
+    with pytest.raises(ConfigError) as error:
+        scale(detail_ranks, job_rank, 4, environ)
+    assert str(error.value).startswith(message)
+
+
+def test_configure_refuses_a_job_rank_outside_the_job() -> None:
+    """configure() checks job_rank against the world size before it sets anything up."""
+    with pytest.raises(ConfigError, match="job_rank: rank 2 is not in a job of 2 ranks"):
+        looptrace.configure(rank=looptrace.RankInfo(rank=0, world_size=2), job_rank=2)

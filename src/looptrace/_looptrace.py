@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from looptrace._core.engine import Engine
 from looptrace._core.timer import Timer
 from looptrace._distributed.across_ranks import reduce_or_keep
+from looptrace._distributed.job import Scale
 from looptrace._distributed.ranks import RankInfo
 from looptrace._export.exit import release_exit_flush
 from looptrace._export.in_order import InOrder
@@ -61,6 +62,7 @@ class Looptrace:
         self._history = RunHistory()  # what memory creep and throughput drops compare with
         # (configured roles, paths marked `wait=True`, both): the latest window's roles
         self._marked_roles: tuple[Roles, frozenset[str], Roles] | None = None
+        self.scale = Scale()  # configure(detail_ranks=..., job_rank=...)
         engine.reset_timer = self._reset_timer
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=_after_fork_hook(self))
@@ -168,7 +170,9 @@ class Looptrace:
                     {}, start_ns=0, end_ns=0, rank=self.rank.rank, subtree=subtree or "root"
                 )
                 closed.roles, closed.limits = self.roles, self.limits
-                return reduce_or_keep(closed, self._incidents, reduce=across_ranks)
+                return reduce_or_keep(
+                    closed, self._incidents, reduce=across_ranks, scale=self.scale
+                )
             engine.windows.close(now, final=final, subtree=subtree)  # final: closes the engine
             if self._processor is not None:
                 self._processor.merge_pending()
@@ -196,7 +200,9 @@ class Looptrace:
             snapshot.past = self._history.add(snapshot, int(self.limits["warmup_windows"]))
         except Exception:
             self._incidents.failed("keeping a window in the run's history")
-        snapshot = reduce_or_keep(snapshot, self._incidents, reduce=across_ranks)  # counts it
+        snapshot = reduce_or_keep(  # counts the window
+            snapshot, self._incidents, reduce=across_ranks, scale=self.scale
+        )
         straggler = snapshot.straggler
         if straggler is not None and straggler.chronic_rank is not None:
             # Every rank reduced the same straggler: every rank traces its next step, one trace.

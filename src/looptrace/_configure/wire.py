@@ -21,6 +21,7 @@ from looptrace._export.files import PathLike
 from looptrace._export.findings_log import FindingsLog
 from looptrace._export.outputs import Outputs
 from looptrace._export.run_settings import RunSettings, resolve_run
+from looptrace._export.run_settings import scale as scale_of
 from looptrace._export.settings import ExportOptions, SlowLapFactor, diagnose_mode, histogram_kind
 from looptrace._export.settings import slow_lap_factor as slow_lap_factor_of
 from looptrace._looptrace import Looptrace
@@ -68,6 +69,8 @@ def configure(
     diagnosis_thresholds: Mapping[str, float] | None = None,
     device_memory: bool | None = None,
     diagnose: str | None = None,
+    detail_ranks: int | str | None = None,
+    job_rank: int | None = None,
 ) -> Looptrace:
     """Set up looptrace and return the handle that makes timers and resets windows.
 
@@ -147,6 +150,15 @@ def configure(
             `looptrace` logger once when it appears and once when it clears, at each
             window's close (off the training thread); `"off"` does not; None (the default)
             reads `LOOPTRACE_DIAGNOSE`.
+        detail_ranks: with `reset(across_ranks=True)`, how many of the slowest ranks of each
+            window serve their full per-section metrics (with the window's straggler and any
+            chronic straggler); the other ranks serve a few series each (their steps, the
+            steps' p50 and p99, their lap time outside wait sections, the units counted).
+            `"all"` keeps every rank's full detail. Falls back to `LOOPTRACE_DETAIL_RANKS`,
+            then 8. Without `across_ranks` every rank serves its full detail.
+        job_rank: the rank that serves and pushes the job's histograms (every rank's summed
+            in the cross-rank reduce) and straggler, without a rank label; falls back to
+            `LOOPTRACE_JOB_RANK`, then 0.
 
     Each exporter argument falls back to its standard `OTEL_*` variable (see the docs'
     Configuration page, docs/configuration.md).
@@ -176,6 +188,7 @@ def configure(
     if device_memory is not None and not isinstance(device_memory, bool):
         raise ConfigError(f"device_memory must be True, False or None, got {device_memory!r}")
     rank = RankInfo.from_env() if rank is None else rank
+    at_scale = scale_of(detail_ranks, job_rank, rank.world_size)
     incidents, outputs = Incidents(), Outputs()
     resource = looptrace_resource(settings.service_name, rank)
     meter_provider = meter_provider or global_sdk_meter_provider()
@@ -235,6 +248,7 @@ def configure(
         findings_log = FindingsLog(incidents)
         outputs.on_reset.append(findings_log)
         outputs.on_shutdown.append(findings_log.close)
+    lt.scale = at_scale
     return lt
 
 

@@ -9,8 +9,10 @@ timed different sections never wait on each other, and no rank receives another'
 2. over that table, one MAX of every statistic and its negation (highest and lowest value),
    one SUM of the values, the ranks holding each one and the ranks running each path, and
    one MAX of the negated ranks holding each highest value and each lowest value (the
-   slowest and the fastest rank, the lowest on a tie); the same three collectives carry a
-   few values per rank that name the window's straggler (`looptrace._distributed.straggler`);
+   slowest and the fastest rank, the lowest on a tie); the same three collectives carry the
+   job's histogram of every path (`looptrace._distributed.job`) and a few values per rank
+   that name the window's straggler (`looptrace._distributed.straggler`) and the ranks that
+   serve their full detail (`looptrace._distributed.detail`);
 3. for a path that some but not all ranks ran, the smaller side is named one rank per round
    while it has at most `LISTED` ranks, else by one bitmap of the world's ranks.
 
@@ -21,7 +23,7 @@ the ones the others wait in, with values that make every rank drop the window
 (`looptrace._distributed.collectives`), so a failed reduce leaves every rank able to run the
 next one.
 
-Steps 1 and 2 move `96 + 304 x paths` bytes per rank in a window with no new path, whatever
+Steps 1 and 2 move `624 + 704 x paths` bytes per rank in a window with no new path, whatever
 the world size (`looptrace._distributed.collectives.TRAFFIC` counts them). torch is
 imported only when the program has imported `torch.distributed` already, so looptrace works,
 and imports fast, without torch.
@@ -33,6 +35,7 @@ import functools
 import logging
 import sys
 
+from looptrace._distributed.job import Scale
 from looptrace._distributed.windows import WINDOWS, Skipped
 from looptrace._stats.health import Incidents
 from looptrace._stats.snapshot import Snapshot
@@ -40,7 +43,9 @@ from looptrace._stats.snapshot import Snapshot
 _log = logging.getLogger("looptrace")
 
 
-def reduce_or_keep(snapshot: Snapshot, incidents: Incidents, *, reduce: bool = True) -> Snapshot:
+def reduce_or_keep(
+    snapshot: Snapshot, incidents: Incidents, *, reduce: bool = True, scale: Scale | None = None
+) -> Snapshot:
     """Count the window `snapshot` closes; return it reduced across ranks when `reduce`.
 
     Never raises into the caller. Without an initialised process group the snapshot comes
@@ -55,7 +60,7 @@ def reduce_or_keep(snapshot: Snapshot, incidents: Incidents, *, reduce: bool = T
     if WINDOWS.take_owed(snapshot.subtree):  # realigning: the other ranks are a window ahead
         return snapshot
     try:
-        return reduce_across_ranks(snapshot, window)
+        return reduce_across_ranks(snapshot, window, scale)
     except Skipped as why:
         _log.warning("looptrace: %s", why)
         return snapshot
@@ -64,12 +69,15 @@ def reduce_or_keep(snapshot: Snapshot, incidents: Incidents, *, reduce: bool = T
         return snapshot
 
 
-def reduce_across_ranks(snapshot: Snapshot, window: int = 0) -> Snapshot:
+def reduce_across_ranks(
+    snapshot: Snapshot, window: int = 0, scale: Scale | None = None
+) -> Snapshot:
     """Return a copy of `snapshot` whose `across_ranks` holds the spread of every path.
 
     A collective: every rank of `torch.distributed`'s default group must call it at the same
-    point, with the same `window` (the number of windows of its subtree it closed). Without
-    an initialised group it returns `snapshot` itself.
+    point, with the same `window` (the number of windows of its subtree it closed) and the
+    same `scale` (which ranks serve which metrics). Without an initialised group it returns
+    `snapshot` itself.
 
     Raises:
         Skipped: the ranks' windows differ, or another rank failed in this reduce: no rank
@@ -80,7 +88,7 @@ def reduce_across_ranks(snapshot: Snapshot, window: int = 0) -> Snapshot:
         return _local(snapshot)
     from looptrace._distributed import collectives as _collectives  # noqa: PLC0415 - torch extra
 
-    reduced = _collectives.reduce(snapshot, window)
+    reduced = _collectives.reduce(snapshot, window, scale)
     return _local(snapshot) if reduced is None else reduced
 
 

@@ -14,7 +14,10 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from looptrace._distributed import detail as _detail
+from looptrace._distributed import job as _job
 from looptrace._distributed import straggler as _straggler
+from looptrace._distributed.job import Scale
 from looptrace._distributed.path_table import PathTable
 from looptrace._distributed.windows import (
     WINDOW_BITS,
@@ -23,6 +26,7 @@ from looptrace._distributed.windows import (
     PeerFailed,
     Skipped,
 )
+from looptrace._stats.job import JobView
 from looptrace._stats.snapshot import Snapshot
 from looptrace._stats.spread import SPREAD_STATS, RankSpread, SectionSpread
 
@@ -137,7 +141,7 @@ def _marked(tensor: torch.Tensor, op: dist.ReduceOp.RedOpType) -> bool:
     return bool((tensor == mark).any())
 
 
-def reduce(snapshot: Snapshot, window: int = 0) -> Snapshot | None:
+def reduce(snapshot: Snapshot, window: int = 0, scale: Scale | None = None) -> Snapshot | None:
     """Return a copy of `snapshot` with `across_ranks`; None without an initialised group.
 
     `window` is the number of windows of the snapshot's subtree this rank closed. When this
@@ -150,12 +154,13 @@ def reduce(snapshot: Snapshot, window: int = 0) -> Snapshot | None:
     """
     if not (dist.is_available() and dist.is_initialized()):
         return None
+    scale = Scale() if scale is None else scale
     wire = _Wire(_device(str(dist.get_backend())))
     rank, world = dist.get_rank(), dist.get_world_size()
     with _LOCK:
         table = _TABLE.state()
         try:
-            result, found = _run(snapshot, wire, rank, world, window)
+            result, found, job = _run(snapshot, wire, rank, world, window=window, scale=scale)
         except Misaligned as misaligned:
             if window != misaligned.latest:
                 WINDOWS.owe(snapshot.subtree, _behind(window, misaligned.latest))
@@ -166,10 +171,11 @@ def reduce(snapshot: Snapshot, window: int = 0) -> Snapshot | None:
             _TABLE.restore(table)
             wire.replay()
             with contextlib.suppress(Exception):  # marked: every rank drops the window
-                _run(Snapshot({}, start_ns=0, end_ns=0, rank=rank), wire, rank, world, window)
+                empty = Snapshot({}, start_ns=0, end_ns=0, rank=rank)
+                _run(empty, wire, rank, world, window=window, scale=scale)
             raise
     straggler = None if found is None else found.commit()
-    return snapshot.with_spreads(result, straggler)
+    return snapshot.with_spreads(result, straggler, job)
 
 
 def _behind(window: int, latest: int) -> int:
@@ -178,47 +184,57 @@ def _behind(window: int, latest: int) -> int:
 
 
 def _run(
-    snapshot: Snapshot, wire: _Wire, rank: int, world: int, window: int
-) -> tuple[dict[str, SectionSpread], _Found]:
+    snapshot: Snapshot, wire: _Wire, rank: int, world: int, *, window: int, scale: Scale
+) -> tuple[dict[str, SectionSpread], _Found, JobView | None]:
     """Agree on the table, then reduce over it; the collectives depend on agreed data only."""
     _TABLE.agree(snapshot, wire.all_reduce, rank=rank, world=world, window=window)
-    return _reduce(snapshot, wire, rank, world)
+    return _reduce(snapshot, wire, rank, world, scale)
 
 
 def _reduce(
-    snapshot: Snapshot, wire: _Wire, rank: int, world: int
-) -> tuple[dict[str, SectionSpread], _Found]:
+    snapshot: Snapshot, wire: _Wire, rank: int, world: int, scale: Scale
+) -> tuple[dict[str, SectionSpread], _Found, JobView | None]:
     """Reduce this rank's statistics over the agreed table; every rank gets the same result.
 
     Each collective also carries a few values per rank (not per path) that name the window's
-    straggler (`looptrace._distributed.straggler`); a window whose table is empty has none.
+    straggler (`looptrace._distributed.straggler`) and choose the ranks that serve detail
+    (`looptrace._distributed.detail`), and per path the job's histogram
+    (`looptrace._distributed.job`); a window whose table is empty has none of them.
     """
     rows = len(_TABLE)
-    values = [[math.nan] * _STATS for _ in range(rows)]
-    running = [0.0] * rows
-    for path in snapshot:
-        row = _TABLE.index(path)
-        stats = snapshot[path]
-        # an infinite value counts nowhere, as NaN does: +inf and NaN mark a failed rank
-        values[row] = [_finite(float(getattr(stats, s))) for s in SPREAD_STATS]
-        running[row] = 1.0
-    local = torch.tensor(values, dtype=torch.float64).view(rows, _STATS)
+    row_of = {path: _TABLE.index(path) for path in snapshot}
+    local, running = _local_values(snapshot, rows, row_of)
     here = torch.tensor(running, dtype=torch.float64)
     has = ~torch.isnan(local)
     mine = _straggler.Mine.of(snapshot, rank, world) if rows else None
+    limit = None if scale.detail_ranks == "all" else scale.detail_ranks
+    slow = _detail.Slowness(mine.figures if mine else None, limit) if mine else None
     grid = rows * _STATS
-    # highest values and highest negated values (lowest values), absent as -inf
+    jobs = rows * _job.EXTREMES
+    # highest values and highest negated values (lowest values), absent as -inf; the job's
+    # highest quantiles and lowest min; the straggler's and the slowness's values
     extremes = torch.cat([local, -local]).where(torch.cat([has, has]), -math.inf).view(-1)
-    extremes = _with_tail(extremes, mine.extremes() if mine else [])
+    extremes = _with_tail(
+        extremes,
+        _job.extremes(snapshot, rows, row_of)
+        + (mine.extremes() if mine else [])
+        + (slow.extremes() if slow else []),
+    )
     wire.all_reduce(extremes, dist.ReduceOp.MAX)
     highest = extremes[:grid].view(rows, _STATS)
     lowest = -extremes[grid : 2 * grid].view(rows, _STATS)
+    tail = extremes[2 * grid + jobs :].tolist()
     sums = torch.cat([local.where(has, 0.0), has.double(), here.view(-1, 1)], dim=1).view(-1)
-    sums = _with_tail(sums, mine.sums() if mine else [])
-    wire.all_reduce(sums, dist.ReduceOp.SUM)
     columns = 2 * _STATS + 1
-    if mine is not None:
-        mine.reduced(extremes[2 * grid :].tolist(), sums[rows * columns :].tolist())
+    binned = slow.sums(tail[:3], tail[3:]) if slow else []
+    sums = _with_tail(
+        sums, _job.buckets(snapshot, rows, row_of) + (mine.sums() if mine else []) + binned
+    )
+    wire.all_reduce(sums, dist.ReduceOp.SUM)
+    after = rows * columns + rows * _job.BUCKETS
+    if mine is not None and slow is not None:
+        mine.reduced(tail[:3], sums[after : after + 2].tolist())
+        slow.counted(sums[after + 2 :].tolist())
     # the lowest rank holding the highest value and the lowest value: MAX over negated ranks
     nobody = torch.full_like(local, -float(world))
     slowest_holders = nobody.where(~(has & (local == highest)), -rank)
@@ -229,17 +245,18 @@ def _reduce(
         column = SPREAD_STATS.index("total")
         owns = has[:, column] & mine.straggler
         totals_column = local[:, column].where(owns, -math.inf)
-        tail = torch.tensor(mine.holders(), dtype=torch.float64)
-        holders = torch.cat([holders, totals_column, tail])
+        straggler_tail = torch.tensor(mine.holders(), dtype=torch.float64)
+        holders = torch.cat([holders, totals_column, straggler_tail])
     wire.all_reduce(holders, dist.ReduceOp.MAX)
-    sums_grid = sums[: rows * columns].view(rows, columns)
-    ranks = [int(n) for n in sums_grid[:, -1].tolist()]
+    totals = sums[: rows * columns].view(rows, columns).tolist()
+    ranks = [int(row[-1]) for row in totals]
     absent = _absent(running, ranks, wire, rank, world)
-    slowest = holders[:grid].view(rows, _STATS).tolist()
-    fastest = holders[grid : 2 * grid].view(rows, _STATS).tolist()
-    totals = sums_grid.tolist()
     bounds = (highest.tolist(), lowest.tolist())
-    result = _spreads(bounds, totals, (slowest, fastest), ranks, absent)
+    extreme_holders = (
+        holders[:grid].view(rows, _STATS).tolist(),
+        holders[grid : 2 * grid].view(rows, _STATS).tolist(),
+    )
+    result = _spreads(bounds, totals, extreme_holders, ranks, absent)
     present = [row for row in range(rows) if ranks[row] > 0]
     found: _Found = None
     if mine is not None:
@@ -252,9 +269,67 @@ def _reduce(
             ],
             holders[2 * grid + rows :].tolist(),
         )
+    job = _job_view(
+        scale, rank, present, (totals, bounds[0]), (extremes, sums), found=found, slow=slow
+    )
     if rows > 2 * len(present) + 64:  # paths gone from every rank: forget them alike
         _TABLE.keep(present)
-    return result, found
+    return result, found, job
+
+
+def _local_values(
+    snapshot: Snapshot, rows: int, row_of: dict[str, int]
+) -> tuple[torch.Tensor, list[float]]:
+    """Return this rank's statistics per row (NaN where absent) and which rows it ran."""
+    values = [[math.nan] * _STATS for _ in range(rows)]
+    running = [0.0] * rows
+    for path, row in row_of.items():
+        stats = snapshot[path]
+        # an infinite value counts nowhere, as NaN does: +inf and NaN mark a failed rank
+        values[row] = [_finite(float(getattr(stats, s))) for s in SPREAD_STATS]
+        running[row] = 1.0
+    return torch.tensor(values, dtype=torch.float64).view(rows, _STATS), running
+
+
+def _job_view(
+    scale: Scale,
+    rank: int,
+    present: list[int],
+    reduced: tuple[list[list[float]], list[list[float]]],
+    collectives: tuple[torch.Tensor, torch.Tensor],
+    *,
+    found: _Found,
+    slow: _detail.Slowness | None,
+) -> JobView | None:
+    """Return the job's histograms and whether this rank serves detail; None without a table."""
+    if slow is None or found is None:
+        return None
+    totals, highest = reduced
+    extremes, sums = collectives
+    rows, columns = len(totals), 2 * _STATS + 1
+    count, total = SPREAD_STATS.index("count"), SPREAD_STATS.index("total")
+    p99, top = SPREAD_STATS.index("p99"), SPREAD_STATS.index("max")
+    grid = rows * _STATS
+    histograms = _job.histograms(
+        _TABLE.names,
+        present,
+        counts_and_totals=[(row[count], row[total]) for row in totals],
+        p99_and_max=[(row[p99], row[top]) for row in highest],
+        highest=extremes[2 * grid : 2 * grid + rows * _job.EXTREMES].tolist(),
+        summed=sums[rows * columns : rows * columns + rows * _job.BUCKETS].tolist(),
+    )
+    straggler = found.straggler
+    lapped = found.mine.lapped_ranks > 0
+    detail = (
+        slow.detail(
+            rank,
+            None if straggler is None else straggler.rank,
+            None if straggler is None else straggler.chronic_rank,
+        )
+        if lapped
+        else None
+    )
+    return _job.view(histograms, serves_job=rank == scale.job_rank, detail=detail)
 
 
 def _spreads(

@@ -51,6 +51,11 @@ class Mine:
         return cls(snapshot, RankFigures.of(snapshot, snapshot.roles), rank, world)
 
     @property
+    def lapped_ranks(self) -> int:
+        """How many ranks ran a lap in the window (known once `reduced`)."""
+        return int(self._lapped_ranks)
+
+    @property
     def _lapped(self) -> bool:
         return bool(self.figures.laps)
 

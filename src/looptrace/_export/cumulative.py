@@ -39,6 +39,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from looptrace._export.coalesced import Coalesced
 from looptrace._export.exemplars import ExemplarProcessor, TraceExemplar
 from looptrace._export.exponential import SCALE, HistogramKind, add_counts, dense, window_counts
+from looptrace._export.job_metrics import job_metrics, memory_metrics, rank_metrics
 from looptrace._export.metrics import (
     DROPPED_DESCRIPTION,
     DROPPED_METRIC,
@@ -61,7 +62,9 @@ from looptrace._export.metrics import (
 from looptrace._export.window_queue import WindowQueue
 from looptrace._stats.buckets import BOUNDARIES_S
 from looptrace._stats.health import Incidents
+from looptrace._stats.job import JobHistogram
 from looptrace._stats.snapshot import SectionStats, Snapshot
+from looptrace._stats.straggler import RankFigures, Straggler
 from looptrace._stats.version import version
 
 CUMULATIVE = AggregationTemporality.CUMULATIVE
@@ -92,6 +95,17 @@ class Series:
         if stats.count:
             self.quantiles = tuple(getattr(stats, name) for _, name in QUANTILES)
 
+    def add_job(self, job: JobHistogram) -> None:
+        """Add one cross-rank window's histogram of the path over the job."""
+        for index, count in enumerate(job.buckets):
+            self.buckets[index] += count
+        self.count += job.count
+        self.sum += job.sum
+        self.min = min(self.min, job.min)
+        self.max = max(self.max, job.max)
+        if job.count:
+            self.quantiles = job.quantiles
+
     def copy(self) -> Series:
         """Return an independent copy."""
         return Series(
@@ -111,7 +125,9 @@ class Totals:
     """Series per path over the windows from `start_ns` to `time_ns`.
 
     `items` holds the units counted per (path, unit) over the windows, `rates` their units
-    per second in the latest window that counted them.
+    per second in the latest window that counted them. `outside_wait_s` adds up this rank's
+    lap time outside wait sections. On the rank that serves the job's series, `job` holds
+    the job's series per path over the cross-rank windows and `straggler` the latest one's.
     """
 
     start_ns: int | None = None
@@ -119,6 +135,10 @@ class Totals:
     series: dict[str, Series] = field(default_factory=dict)
     items: dict[tuple[str, str], float] = field(default_factory=dict)
     rates: dict[tuple[str, str], float] = field(default_factory=dict)
+    outside_wait_s: float = 0.0
+    job: dict[str, Series] = field(default_factory=dict)
+    straggler: Straggler | None = None
+    memory: dict[str, float] = field(default_factory=dict)  # the latest window's, in bytes
 
     def copy(self) -> Totals:
         """Return an independent copy."""
@@ -128,6 +148,10 @@ class Totals:
             {path: s.copy() for path, s in self.series.items()},
             dict(self.items),
             dict(self.rates),
+            self.outside_wait_s,
+            {path: s.copy() for path, s in self.job.items()},
+            self.straggler,
+            dict(self.memory),
         )
 
     def add(
@@ -158,6 +182,25 @@ class Totals:
                 self.items[key] = self.items.get(key, 0.0) + rate.total
                 if not math.isnan(rate.per_s):
                     self.rates[key] = rate.per_s
+        self._add_rank(snapshot)
+
+    def _add_rank(self, snapshot: Snapshot) -> None:
+        """Add a window's figures of this rank (its lap time, its memory) and of the job."""
+        self.outside_wait_s += RankFigures.of(snapshot, snapshot.roles).outside_s
+        if snapshot.memory is not None:
+            self.memory = {
+                name.removesuffix("_bytes"): value
+                for name, value in snapshot.memory.metrics().items()
+                if name.endswith("_bytes")
+            }
+        job = snapshot.job
+        if job is not None and job.serves_job:
+            for path, histogram in job.histograms.items():
+                series = self.job.get(path)
+                if series is None:
+                    series = self.job[path] = Series()
+                series.add_job(histogram)
+            self.straggler = snapshot.straggler
 
 
 class DeltaCursor:
@@ -208,6 +251,9 @@ class CumulativeHistograms:
         self.attributes = attributes
         self.incidents = incidents
         self.lock = threading.Lock()  # held while adding up and while reading the totals
+        # Whether this rank serves its full per-section detail: as the latest cross-rank
+        # window decided (`JobView.detail`), every rank until one did.
+        self.detail = True
         self._totals = Totals()
         self._cursors: list[DeltaCursor] = []
         self._queue = WindowQueue(incidents, "the metric totals")
@@ -258,6 +304,8 @@ class CumulativeHistograms:
             )
             exponential = window_counts(snapshot) if self.histogram == "exponential" else {}
             snapshot.release_distributions()
+            if snapshot.job is not None and snapshot.job.detail is not None:
+                self.detail = snapshot.job.detail
             self._totals.add(snapshot, exemplars, exponential)
             for cursor in self._cursors:
                 cursor.pending.add(snapshot, exemplars, exponential)
@@ -278,9 +326,13 @@ class CumulativeHistograms:
 
     def totals(self) -> Totals:
         """Return a copy of the totals: series, units counted and their latest rates."""
+        return self.view()[0]
+
+    def view(self) -> tuple[Totals, bool]:
+        """Return a copy of the totals and whether this rank serves its full detail."""
         with self.lock:
             self._add_queued()
-            return self._totals.copy()
+            return self._totals.copy(), self.detail
 
     def labels(self, path: str) -> dict[str, str | int]:
         """Return the metric attributes of a path: path, span name and rank."""
@@ -306,6 +358,7 @@ class CumulativeHistograms:
         dropped = self.dropped_spans()
         with self.lock:
             self._add_queued()
+            detail = self.detail
             if cursor is None:
                 totals = self._totals.copy()
                 temporality = CUMULATIVE
@@ -316,13 +369,38 @@ class CumulativeHistograms:
             return None
         return ScopeMetrics(
             scope=InstrumentationScope("looptrace", version()),
-            metrics=self._metrics(totals, totals.start_ns, dropped, temporality),
+            metrics=self._metrics(totals, totals.start_ns, dropped, temporality, detail=detail),
             schema_url="",
         )
 
     def _metrics(
-        self, totals: Totals, start: int, dropped: int, temporality: AggregationTemporality
+        self,
+        totals: Totals,
+        start: int,
+        dropped: int,
+        temporality: AggregationTemporality,
+        *,
+        detail: bool = True,
     ) -> list[Metric]:
+        """Return every metric of `totals`: this rank's few series, its detail, the job's."""
+        rank_level = [
+            *self._counted(totals, start, temporality, detail=detail),
+            *rank_metrics(totals, self.attributes, start, temporality),
+            *job_metrics(totals, self.attributes, start, temporality),
+        ]
+        if not detail:  # the spans an exporter dropped still show, once there are any
+            dropped_metrics = (
+                [] if dropped == 0 else [self._dropped(totals, start, dropped, temporality)]
+            )
+            return [*dropped_metrics, *rank_level]
+        dropped_metric = self._dropped(totals, start, dropped, temporality)
+        memory = memory_metrics(totals, self.attributes, start)
+        return [*self._detail(totals, start, temporality), dropped_metric, *memory, *rank_level]
+
+    def _detail(
+        self, totals: Totals, start: int, temporality: AggregationTemporality
+    ) -> list[Metric]:
+        """Return the duration histogram and window quantiles of every path."""
         now = totals.time_ns
         series = sorted(totals.series.items())
         duration = Metric(
@@ -367,7 +445,13 @@ class CumulativeHistograms:
                 ]
             ),
         )
-        dropped_metric = Metric(
+        return [duration, window]
+
+    def _dropped(
+        self, totals: Totals, start: int, dropped: int, temporality: AggregationTemporality
+    ) -> Metric:
+        """Return the counter of spans the exporters could not deliver."""
+        return Metric(
             name=DROPPED_METRIC,
             description=DROPPED_DESCRIPTION,
             unit=SPANS,
@@ -376,7 +460,7 @@ class CumulativeHistograms:
                     NumberDataPoint(
                         attributes=dict(self.attributes),
                         start_time_unix_nano=start,
-                        time_unix_nano=now,
+                        time_unix_nano=totals.time_ns,
                         value=dropped,
                     )
                 ],
@@ -384,12 +468,11 @@ class CumulativeHistograms:
                 is_monotonic=True,
             ),
         )
-        return [duration, window, dropped_metric, *self._counted(totals, start, temporality)]
 
     def _counted(
-        self, totals: Totals, start: int, temporality: AggregationTemporality
+        self, totals: Totals, start: int, temporality: AggregationTemporality, *, detail: bool
     ) -> list[Metric]:
-        """Return the units counted and their latest rates, only when a timer counted any."""
+        """Return the units counted and (with detail) their latest rates, where any were."""
         now = totals.time_ns
         found: list[Metric] = []
         if totals.items:
@@ -413,7 +496,7 @@ class CumulativeHistograms:
                     ),
                 )
             )
-        if totals.rates:
+        if totals.rates and detail:
             found.append(
                 _gauge(
                     ITEMS_RATE_METRIC,

@@ -6,6 +6,7 @@ renders these same definitions, so a name or a label is written here once.
 
 from __future__ import annotations
 
+from looptrace._distributed.ranks import RANK
 from looptrace._export.encodable import encodable
 from looptrace._stats.attributes import PATH, SPAN_NAME
 
@@ -45,3 +46,51 @@ ITEMS = "{item}"
 def item_attributes(path: str, unit: str, base: dict[str, int]) -> dict[str, str | int]:
     """Return the attributes of a timer's count of `unit`: its path, span name, unit, rank."""
     return {**section_attributes(path, base), UNIT: encodable(unit)}
+
+
+# The job's series, served by one rank (`configure(job_rank=...)`) from `reset(across_ranks=True)`:
+# no rank attribute.
+JOB_DURATION_METRIC = "looptrace.job.section.duration"
+JOB_DURATION_DESCRIPTION = (
+    "Duration of timed sections over every rank of the job (the ranks' histograms summed)."
+)
+JOB_WINDOW_METRIC = "looptrace.job.section.window.duration"
+JOB_WINDOW_DESCRIPTION = (
+    "The highest of the ranks' exact quantiles of section durations over the latest "
+    "cross-rank window the section ran in."
+)
+STRAGGLER_RANK_METRIC = "looptrace.job.straggler.rank"
+STRAGGLER_RANK_DESCRIPTION = "The rank the others waited for in the latest cross-rank window."
+STRAGGLER_EXCESS_METRIC = "looptrace.job.straggler.excess"
+STRAGGLER_EXCESS_DESCRIPTION = (
+    "The straggler's lap time outside wait sections over the typical rank's, latest window."
+)
+CHRONIC_RANK_METRIC = "looptrace.job.chronic_straggler.rank"
+CHRONIC_RANK_DESCRIPTION = "A rank that was the straggler in most recent cross-rank windows."
+
+# Every rank's few series, whether or not it serves its full detail.
+RANK_STEPS_METRIC = "looptrace.rank.steps"
+RANK_STEPS_DESCRIPTION = "Laps of an outermost timer (steps) this rank completed."
+RANK_STEP_METRIC = "looptrace.rank.step.window.duration"
+RANK_STEP_DESCRIPTION = "This rank's exact p50 and p99 of its steps over the latest window."
+RANK_STEP_QUANTILES = (("0.5", 0), ("0.99", 2))  # label value, index in the window quantiles
+RANK_OUTSIDE_WAIT_METRIC = "looptrace.rank.outside_wait"
+RANK_OUTSIDE_WAIT_DESCRIPTION = (
+    "This rank's lap time outside wait sections: the straggler has the most (or least wait)."
+)
+STEPS = "{step}"
+RANKS = "{rank}"
+
+
+def job_attributes(path: str, base: dict[str, int]) -> dict[str, str | int]:
+    """Return the attributes of the job's points of a section: those of `base` but the rank."""
+    return section_attributes(path, {k: v for k, v in base.items() if k != RANK})
+
+
+MEMORY_METRIC = "looptrace.memory.window"
+MEMORY_DESCRIPTION = (
+    "The process's memory at the latest window's close: host resident (and its peak), and "
+    "the CUDA allocator's peak allocated and reserved bytes over the window."
+)
+MEMORY = "looptrace.memory"  # the attribute naming the figure: host_rss, device_peak_reserved ...
+BYTES = "By"

@@ -18,7 +18,27 @@ that asks for OpenMetrics (Prometheus does) also gets the buckets' exemplars.
                                                `iterate(items=)`): section labels plus
                                                ``looptrace_unit``; `rate()` gives units/s
 ``looptrace_items_window_rate``                gauge: units per second of the latest window
+``looptrace_memory_window_bytes``              gauge of the latest window's memory, label
+                                               ``looptrace_memory``: ``host_rss``,
+                                               ``host_peak_rss``, ``device_peak_allocated``,
+                                               ``device_peak_reserved`` (where measured)
+``looptrace_rank_steps_total``                 counter: laps of each outermost timer (steps)
+``looptrace_rank_step_window_duration_seconds``  gauge: the step's p50 and p99 (``quantile``) of
+                                               the latest window
+``looptrace_rank_outside_wait_seconds_total``  counter: lap time outside wait sections
+``looptrace_job_section_duration_seconds``     histogram of every rank's durations summed in the
+                                               reduce of `reset(across_ranks=True)`; no rank
+                                               label; served by one rank (`job_rank`)
+``looptrace_job_section_window_duration_seconds``  the ranks' highest window quantiles
+``looptrace_job_straggler_rank``,              gauges of the latest cross-rank window's
+``looptrace_job_straggler_excess_seconds``,    straggler, and of a chronic straggler
+``looptrace_job_chronic_straggler_rank``
 =============================================  ================================================
+
+Every rank serves the `rank_` series and its units counted. The section histograms and
+quantiles, the window rates, the memory and the dropped-span counter are its detail: served by every
+rank until a cross-rank window names the ranks that serve it (`configure(detail_ranks=...)`),
+the dropped-span counter also once it is above zero.
 """
 
 from __future__ import annotations
@@ -41,7 +61,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.samples import Exemplar
 from prometheus_client.utils import floatToGoString
 
-from looptrace._export.cumulative import CumulativeHistograms
+from looptrace._export.cumulative import CumulativeHistograms, Totals
 from looptrace._export.metrics import (
     DROPPED_DESCRIPTION,
     DURATION_DESCRIPTION,
@@ -52,6 +72,7 @@ from looptrace._export.metrics import (
     WINDOW_DESCRIPTION,
     item_attributes,
 )
+from looptrace._export.prometheus_scale import job_families, memory_families, rank_families
 from looptrace._export.settings import PrometheusSettings
 from looptrace._stats.buckets import BOUNDARIES_S
 from looptrace._stats.errors import ConfigError
@@ -78,10 +99,31 @@ class SnapshotCollector(Collector):
         self._histograms = histograms
 
     def collect(self) -> Iterator[Metric]:
-        """Yield the three metric families with the current totals."""
+        """Yield the metric families with the current totals.
+
+        A rank that serves no detail (see `looptrace._export.job_metrics`) leaves out the
+        section histograms and quantiles, the window rates, and the dropped spans while none
+        were dropped.
+        """
         histograms = self._histograms
-        series = sorted(histograms.series().items())
+        totals, detail = histograms.view()
         rank = {label(k): str(v) for k, v in histograms.attributes.items()}
+        if detail:
+            yield from self._detail(totals)
+            yield from memory_families(totals, histograms.attributes, label)
+        dropped_spans = histograms.dropped_spans()
+        if detail or dropped_spans:
+            dropped = CounterMetricFamily(DROPPED_FAMILY, DROPPED_DESCRIPTION, labels=list(rank))
+            dropped.add_metric(list(rank.values()), dropped_spans)
+            yield dropped
+        yield from _counted(totals, histograms.attributes, detail=detail)
+        yield from rank_families(totals, histograms.attributes, label)
+        yield from job_families(totals, histograms.attributes, label)
+
+    def _detail(self, totals: Totals) -> Iterator[Metric]:
+        """Yield the section histograms and window quantiles of every path."""
+        histograms = self._histograms
+        series = sorted(totals.series.items())
         names = [label(k) for k in histograms.labels("")]
         duration = HistogramMetricFamily(
             DURATION_FAMILY, DURATION_DESCRIPTION, labels=names, unit="seconds"
@@ -104,27 +146,23 @@ class SnapshotCollector(Collector):
                 window.add_sample(window.name, {**labels, QUANTILE: quantile}, value)
         yield duration
         yield window
-        dropped = CounterMetricFamily(DROPPED_FAMILY, DROPPED_DESCRIPTION, labels=list(rank))
-        dropped.add_metric(list(rank.values()), histograms.dropped_spans())
-        yield dropped
-        yield from _counted(histograms, rank)
 
 
-def _counted(histograms: CumulativeHistograms, rank: dict[str, str]) -> Iterator[Metric]:
-    """Yield the units counted and their latest rates, where a timer counted any."""
-    totals = histograms.totals()
+def _counted(totals: Totals, base: dict[str, int], *, detail: bool) -> Iterator[Metric]:
+    """Yield the units counted and (with detail) their latest rates, where any were."""
     if totals.items:
-        names = [label(k) for k in item_attributes("", "", histograms.attributes)]
+        names = [label(k) for k in item_attributes("", "", base)]
         items = CounterMetricFamily(ITEMS_FAMILY, ITEMS_DESCRIPTION, labels=names)
         rates = GaugeMetricFamily(ITEMS_RATE_FAMILY, ITEMS_RATE_DESCRIPTION, labels=names)
         for (path, unit), total in sorted(totals.items.items()):
-            values = [str(v) for v in item_attributes(path, unit, histograms.attributes).values()]
+            values = [str(v) for v in item_attributes(path, unit, base).values()]
             items.add_metric(values, total)
             rate = totals.rates.get((path, unit))
             if rate is not None:
                 rates.add_metric(values, rate)
         yield items
-        yield rates
+        if detail:
+            yield rates
 
 
 class PrometheusEndpoint:

@@ -19,10 +19,13 @@ from looptrace._core.sampling import (
 from looptrace._core.sampling import (
     lap_sampler as checked_sampler,
 )
+from looptrace._distributed.job import DetailRanks, Scale
 from looptrace._export.files import PathLike
 from looptrace._export.settings_table import (
     env_value,
     float_value,
+    int_bounds,
+    int_value,
     number_bounds,
     setting,
     str_value,
@@ -127,3 +130,58 @@ def _every_for_ratio(env: Mapping[str, str]) -> int:
 
 def _path(name: str, env: Mapping[str, str]) -> str | None:
     return env_value(name, env) or None
+
+
+_DETAIL = "LOOPTRACE_DETAIL_RANKS"
+_JOB_RANK = "LOOPTRACE_JOB_RANK"
+
+
+def scale(
+    detail_ranks: object,
+    job_rank: object,
+    world_size: int,
+    environ: Mapping[str, str] | None = None,
+) -> Scale:
+    """Resolve `detail_ranks` and `job_rank` over their variables, then the table's defaults.
+
+    Raises:
+        ConfigError: a value that is not a whole number in range (or `"all"` for
+            `detail_ranks`), or a `job_rank` the job does not have.
+
+    """
+    env = os.environ if environ is None else environ
+    detail: DetailRanks
+    if detail_ranks is None:
+        text = env_value(_DETAIL, env).strip()
+        detail = "all" if text.lower() == "all" else _whole(text, _DETAIL, int_value(_DETAIL))
+    elif detail_ranks == "all":
+        detail = "all"
+    else:
+        detail = _whole(detail_ranks, "detail_ranks", None, "a whole number or 'all'")
+    if job_rank is None:
+        rank = _whole(env_value(_JOB_RANK, env).strip(), _JOB_RANK, int_value(_JOB_RANK))
+        source = _JOB_RANK
+    else:
+        rank, source = _whole(job_rank, "job_rank", None), "job_rank"
+    if rank >= world_size:
+        raise ConfigError(f"{source}: rank {rank} is not in a job of {world_size} ranks")
+    return Scale(detail_ranks=detail, job_rank=rank)
+
+
+def _whole(value: object, source: str, default: int | None, wanted: str = "") -> int:
+    """Return `value` (an int, or text of one; empty text: `default`) within its bounds."""
+    variable = _DETAIL if source in (_DETAIL, "detail_ranks") else _JOB_RANK
+    low, top = int_bounds(variable)
+    wanted = wanted or f"a whole number from {low} to {top}"
+    if isinstance(value, str):
+        text = value.strip()
+        if not text and default is not None:
+            return default
+        number = int(text) if text.isascii() and text.isdigit() else None
+    elif isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    else:
+        number = None
+    if number is None or not low <= number <= top:
+        raise ConfigError(f"{source}: expected {wanted}, got {value!r}"[:200])
+    return number

@@ -207,6 +207,25 @@ SETTINGS: tuple[Setting, ...] = (
         choices=("explicit", "exponential"),
     ),
     Setting(
+        "LOOPTRACE_DETAIL_RANKS",
+        "detail_ranks",
+        "with `reset(across_ranks=True)`, how many of the slowest ranks of each window (and any "
+        "chronic straggler) serve their full per-section metrics; the others serve a few series "
+        "each; `all`: every rank",
+        8,
+        low=0,
+        high=1_000_000,
+    ),
+    Setting(
+        "LOOPTRACE_JOB_RANK",
+        "job_rank",
+        "the rank that serves and pushes the job's histograms (summed over the ranks in "
+        "`reset(across_ranks=True)`), without a rank label",
+        0,
+        low=0,
+        high=1_000_000_000,
+    ),
+    Setting(
         "OTEL_EXPORTER_PROMETHEUS_HOST",
         "prometheus",
         "address the Prometheus endpoint binds",

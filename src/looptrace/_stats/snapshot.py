@@ -11,6 +11,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from looptrace._stats.buckets import BOUNDARIES_S
+from looptrace._stats.job import JobView
 from looptrace._stats.memory import WindowMemory
 from looptrace._stats.rates import RATE_STATS, Rate, rates_of, sum_counts
 from looptrace._stats.roles import Roles
@@ -88,7 +89,8 @@ class Snapshot(Mapping[str, SectionStats]):
 
     `roles` says which sections play which role (`configure(roles=..., wait_sections=...)`),
     `limits` holds the diagnosis's thresholds, and `straggler` the rank the others waited for
-    in a cross-rank window (None otherwise).
+    in a cross-rank window (None otherwise). `job` holds the job's histograms (summed over
+    the ranks) and which ranks serve which metrics (`JobView`) in a cross-rank window.
 
     `rates` holds the units timers counted in the window (`Timer.count`), as `Rate`s per
     path and unit. `memory` is the process's memory at the close (`WindowMemory`) for the
@@ -108,6 +110,7 @@ class Snapshot(Mapping[str, SectionStats]):
         "_stats",
         "across_ranks",
         "end_ns",
+        "job",
         "limits",
         "memory",
         "past",
@@ -162,6 +165,7 @@ class Snapshot(Mapping[str, SectionStats]):
         self.roles = Roles()
         self.limits: Mapping[str, float] = DEFAULTS
         self.straggler: Straggler | None = None
+        self.job: JobView | None = None
         # Units counted by (path, unit), per thread as handed over; summed when first read.
         self._counts: list[Mapping[tuple[str, str], Tally]] = list(counts)
         self._rates: Mapping[str, Mapping[str, Rate]] | None = None
@@ -322,13 +326,17 @@ class Snapshot(Mapping[str, SectionStats]):
         return flat
 
     def with_spreads(
-        self, across_ranks: Mapping[str, SectionSpread], straggler: Straggler | None = None
+        self,
+        across_ranks: Mapping[str, SectionSpread],
+        straggler: Straggler | None = None,
+        job: JobView | None = None,
     ) -> Snapshot:
         """Return a copy of this snapshot that carries cross-rank data."""
         self._ready()  # the copy shares the statistics
         reduced = copy.copy(self)
         reduced.across_ranks = MappingProxyType(dict(sorted(across_ranks.items())))
         reduced.straggler = straggler
+        reduced.job = job
         return reduced
 
     def diagnosis(self, **overrides: float) -> list[Finding]:

@@ -1,0 +1,227 @@
+"""The few series every rank serves, and the job's series one rank serves, as OTLP metrics.
+
+At 16,384 ranks, the full per-section detail of every rank is more series than any one
+Prometheus holds. Every rank serves a few series of its own (its steps, their p50 and p99,
+its lap time outside wait sections, the units it counted); the ranks that a cross-rank
+window names (`JobView.detail`) serve their full detail as well; and one rank serves the
+job's histograms, summed over every rank in the reduce, without a rank attribute.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from opentelemetry.sdk.metrics.export import (
+    AggregationTemporality,
+    Gauge,
+    Histogram,
+    HistogramDataPoint,
+    Metric,
+    NumberDataPoint,
+    Sum,
+)
+
+from looptrace._distributed.ranks import RANK
+from looptrace._export.metrics import (
+    BYTES,
+    CHRONIC_RANK_DESCRIPTION,
+    CHRONIC_RANK_METRIC,
+    JOB_DURATION_DESCRIPTION,
+    JOB_DURATION_METRIC,
+    JOB_WINDOW_DESCRIPTION,
+    JOB_WINDOW_METRIC,
+    MEMORY,
+    MEMORY_DESCRIPTION,
+    MEMORY_METRIC,
+    QUANTILE,
+    QUANTILES,
+    RANK_OUTSIDE_WAIT_DESCRIPTION,
+    RANK_OUTSIDE_WAIT_METRIC,
+    RANK_STEP_DESCRIPTION,
+    RANK_STEP_METRIC,
+    RANK_STEP_QUANTILES,
+    RANK_STEPS_DESCRIPTION,
+    RANK_STEPS_METRIC,
+    RANKS,
+    SECONDS,
+    STEPS,
+    STRAGGLER_EXCESS_DESCRIPTION,
+    STRAGGLER_EXCESS_METRIC,
+    STRAGGLER_RANK_DESCRIPTION,
+    STRAGGLER_RANK_METRIC,
+    job_attributes,
+    section_attributes,
+)
+from looptrace._stats.buckets import BOUNDARIES_S
+from looptrace._stats.straggler import lap_paths
+
+if TYPE_CHECKING:
+    from looptrace._export.cumulative import Totals
+
+Points = list[tuple[dict[str, str | int], float]]
+
+
+def step_paths(totals: Totals) -> list[str]:
+    """Return the outermost paths of every window so far: the steps of this rank's timers."""
+    return lap_paths(sorted(totals.series))
+
+
+def rank_figures(totals: Totals, base: dict[str, int]) -> tuple[Points, Points, Points]:
+    """Return this rank's steps, their p50/p99 and its lap time outside wait sections."""
+    steps: Points = []
+    quantiles: Points = []
+    for path in step_paths(totals):
+        series = totals.series[path]
+        attributes = section_attributes(path, base)
+        steps.append((attributes, series.count))
+        for label, index in RANK_STEP_QUANTILES:
+            if index < len(series.quantiles) and not math.isnan(series.quantiles[index]):
+                quantiles.append(({**attributes, QUANTILE: label}, series.quantiles[index]))
+    outside: Points = [(dict(base), totals.outside_wait_s)] if steps else []
+    return steps, quantiles, outside
+
+
+def rank_metrics(
+    totals: Totals, base: dict[str, int], start: int, temporality: AggregationTemporality
+) -> list[Metric]:
+    """Return the few series this rank serves whether or not it serves its detail."""
+    steps, quantiles, outside = rank_figures(totals, base)
+    if not steps:
+        return []
+    when, kind = {"start": start, "now": totals.time_ns}, temporality
+    return [
+        _sum(RANK_STEPS_METRIC, RANK_STEPS_DESCRIPTION, STEPS, steps, **when, temporality=kind),
+        _gauge(RANK_STEP_METRIC, RANK_STEP_DESCRIPTION, SECONDS, quantiles, **when),
+        _sum(
+            RANK_OUTSIDE_WAIT_METRIC,
+            RANK_OUTSIDE_WAIT_DESCRIPTION,
+            SECONDS,
+            outside,
+            **when,
+            temporality=kind,
+        ),
+    ]
+
+
+def straggler_points(totals: Totals, base: dict[str, int]) -> tuple[Points, Points, Points]:
+    """Return the latest cross-rank window's straggler, its excess and a chronic straggler."""
+    straggler = totals.straggler
+    if straggler is None:
+        return [], [], []
+    job: dict[str, str | int] = {k: v for k, v in base.items() if k != RANK}
+    chronic = straggler.chronic_rank
+    return (
+        [(job, float(straggler.rank))],
+        [(job, straggler.excess_s)],
+        [] if chronic is None else [(job, float(chronic))],
+    )
+
+
+def memory_points(totals: Totals, base: dict[str, int]) -> Points:
+    """Return this rank's memory figures of the latest window that read them, in bytes."""
+    return [({**base, MEMORY: name}, value) for name, value in sorted(totals.memory.items())]
+
+
+def memory_metrics(totals: Totals, base: dict[str, int], start: int) -> list[Metric]:
+    """Return the memory gauge (part of a rank's detail), where a window read memory."""
+    points = memory_points(totals, base)
+    if not points:
+        return []
+    return [
+        _gauge(MEMORY_METRIC, MEMORY_DESCRIPTION, BYTES, points, start=start, now=totals.time_ns)
+    ]
+
+
+def job_metrics(
+    totals: Totals, base: dict[str, int], start: int, temporality: AggregationTemporality
+) -> list[Metric]:
+    """Return the job's series: on the rank that serves them, once a window was reduced."""
+    if not totals.job:
+        return []
+    now = totals.time_ns
+    series = sorted(totals.job.items())
+    duration = Metric(
+        name=JOB_DURATION_METRIC,
+        description=JOB_DURATION_DESCRIPTION,
+        unit=SECONDS,
+        data=Histogram(
+            data_points=[
+                HistogramDataPoint(
+                    attributes=job_attributes(path, base),
+                    start_time_unix_nano=start,
+                    time_unix_nano=now,
+                    count=s.count,
+                    sum=s.sum,
+                    bucket_counts=s.buckets,
+                    explicit_bounds=BOUNDARIES_S,
+                    min=s.min,
+                    max=s.max,
+                    exemplars=[],
+                )
+                for path, s in series
+            ],
+            aggregation_temporality=temporality,
+        ),
+    )
+    quantiles: Points = [
+        ({**job_attributes(path, base), QUANTILE: q}, value)
+        for path, s in series
+        for (q, _), value in zip(QUANTILES, s.quantiles, strict=False)
+        if not math.isnan(value)
+    ]
+    found = [
+        duration,
+        _gauge(JOB_WINDOW_METRIC, JOB_WINDOW_DESCRIPTION, SECONDS, quantiles, start=start, now=now),
+    ]
+    rank, excess, chronic = straggler_points(totals, base)
+    for name, description, unit, points in (
+        (STRAGGLER_RANK_METRIC, STRAGGLER_RANK_DESCRIPTION, RANKS, rank),
+        (STRAGGLER_EXCESS_METRIC, STRAGGLER_EXCESS_DESCRIPTION, SECONDS, excess),
+        (CHRONIC_RANK_METRIC, CHRONIC_RANK_DESCRIPTION, RANKS, chronic),
+    ):
+        if points:
+            found.append(_gauge(name, description, unit, points, start=start, now=now))
+    return found
+
+
+def _gauge(
+    name: str, description: str, unit: str, points: Points, *, start: int, now: int
+) -> Metric:
+    return Metric(
+        name=name,
+        description=description,
+        unit=unit,
+        data=Gauge(data_points=_points(points, start, now)),
+    )
+
+
+def _sum(
+    name: str,
+    description: str,
+    unit: str,
+    points: Points,
+    *,
+    start: int,
+    now: int,
+    temporality: AggregationTemporality,
+) -> Metric:
+    return Metric(
+        name=name,
+        description=description,
+        unit=unit,
+        data=Sum(
+            data_points=_points(points, start, now),
+            aggregation_temporality=temporality,
+            is_monotonic=True,
+        ),
+    )
+
+
+def _points(points: Points, start: int, now: int) -> list[NumberDataPoint]:
+    return [
+        NumberDataPoint(
+            attributes=attributes, start_time_unix_nano=start, time_unix_nano=now, value=value
+        )
+        for attributes, value in points
+    ]
