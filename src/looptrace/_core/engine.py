@@ -67,6 +67,9 @@ class Engine:
             incidents=incidents,
         )
         self.closed = False
+        # Whether the in-place paths run (`lap`, `switch_in_place`, a section's entry and exit
+        # of `SectionEntry`); off only in tests, which compare them with the general path.
+        self.in_place = True
         # States `shutdown()` could not close (a timer call under way outlasted its wait):
         # each one's owner ends what it left running at its next call (`refuse`).
         self.left: list[ThreadState] = []
@@ -250,7 +253,8 @@ class Engine:
             interval.implicit = False
             node_state.lapped = True
         in_place = (
-            not interval.held
+            self.in_place
+            and not interval.held
             and interval.span is None
             and interval.device is None
             and parent is interval.parent
@@ -296,7 +300,7 @@ class Engine:
         result is the same as `end()` followed by `start()`. Returns False, changing nothing,
         when the general path is needed.
         """
-        if not _ranges.quiet():
+        if not (self.in_place and _ranges.quiet()):
             return False
         children = current.children
         if len(children) != 1 or current.span is not None or current.device is not None:

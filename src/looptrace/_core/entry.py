@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-from asyncio.events import _get_running_loop
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 from looptrace._core import ranges as _ranges
 from looptrace._core.engine import count_ended, reuse
 from looptrace._core.intervals import discard
-from looptrace._core.threadkey import now_in, now_plain
 
 if TYPE_CHECKING:
-    from looptrace._core.intervals import ThreadState
+    from looptrace._core.intervals import Interval, ThreadState
     from looptrace._core.timer import Timer
-
-_running_loop: Final = _get_running_loop
 
 
 class SectionEntry:
@@ -27,8 +23,8 @@ class SectionEntry:
 
     The entry of a loop's section, from the thread that ran last, inside a running untraced
     owner, takes no other call: the section's spare interval restarts in place, and its exit
-    ends it in place. Anything else goes the general way (`Timer._enter`, `Timer._exit`), with
-    the same result.
+    ends it in place. Anything else goes the general way (`Timer._entered`, `Timer._left`),
+    with the same result. Both begin as every timer call does (`Timer._enter`, `Timer._exit`).
     """
 
     __slots__ = ("owner", "section", "timer")
@@ -43,53 +39,34 @@ class SectionEntry:
 
         Called as `enter()` or `enter(section)`.
         """
-        owner = self.owner
-        engine = owner._engine
-        state = engine.states.last
-        if state is not None and not state.busy and not engine.closed:
-            # One call checks the thread and the loop and reads the clock: None otherwise.
-            now = now_plain(state.key, engine.now, _running_loop)
-            if now is not None:
-                state.busy = True  # no lock: see `ThreadState`
-                try:
-                    if not state.claimed and self._enter_spare(state, now):
-                        return self.section
-                except Exception:  # a bug of looptrace's: counted, never raised into the loop
-                    engine.incidents.failed("a section entry")
-                    return self.section
-                finally:
-                    state.busy = False
-        owner._enter(self.timer, hold=True)
+        self.owner._enter(self.timer, hold=True, entry=self)
         return self.section
 
-    def _enter_spare(self, state: ThreadState, now: int) -> bool:
+    def enter_spare(self, state: ThreadState, now: int) -> Interval | None:
         """Restart the section's spare interval at `now` as the child of the owner's running one.
 
         The common entry of a loop: the owner runs untraced with no section running, and
-        the section's last interval is spare (`NodeState.spare`). False (changing nothing)
-        for anything else, and for a reading from before the thread's latest cut. The result
-        is that of `run_owner_for()` and `start()`.
+        the section's last interval is spare (`NodeState.spare`): returns it. None (changing
+        nothing) for anything else. The result is that of `run_owner_for()` and `start()`.
         """
         node = self.timer.mine
         mine = self.owner.mine
         if node is None or mine is None or node.owner is not state or mine.owner is not state:
-            return False
-        if now < state.last_cut:  # read before a reset() cut that came between: read again
-            return False
+            return None
         spare = node.spare
         stack = mine.stack
         if spare is None or not stack or node.stack or _ranges.active():
-            return False
+            return None
         current = stack[-1]
         if current.children or current.span is not None or current.device is not None:
-            return False
+            return None
         node.spare = None
         spare.restart(current, now, current.step, None)
         spare.held = True
         current.children.append(spare)
         node.stack.append(spare)
         node.push_entry(spare)
-        return True
+        return spare
 
     def exit(self, first: object, second: object, third: object, fourth: object = None) -> None:
         """Leave the section entered last by the calling thread or task, failed by an error.
@@ -98,37 +75,15 @@ class SectionEntry:
         """
         error = third if first is self.section else second
         if error is None:  # (isinstance() of None looks up its __class__: kept off this path)
-            engine = self.owner._engine
-            state = engine.states.last
-            if (
-                state is not None
-                and not state.busy
-                and not state.tasks  # (an entry made in a task was made in the task's state)
-                and not engine.closed
-            ):
-                now = now_in(state.key, engine.now)
-                if now is not None:
-                    state.busy = True  # no lock: see `ThreadState`
-                    try:
-                        left = not state.claimed and self._leave_in_place(state, now)
-                    except Exception:  # a bug of looptrace's: counted, never raised
-                        engine.incidents.failed("a section exit")
-                        left = True
-                    finally:
-                        state.busy = False
-                    if left:
-                        if state.fold_due:
-                            engine.windows.merge_pending(state)
-                        return
-            self.owner._exit(self.timer, None, None)
+            self.owner._exit(self.timer, None, None, self)
         else:
-            self.owner._exit(self.timer, None, error if isinstance(error, BaseException) else None)
+            failed = error if isinstance(error, BaseException) else None
+            self.owner._exit(self.timer, None, failed, self)
 
-    def _leave_in_place(self, state: ThreadState, now: int) -> bool:
+    def leave_in_place(self, state: ThreadState, now: int) -> bool:
         """End the section's latest entry at `now`, an untraced leaf inside the owner's interval.
 
-        The common exit of a loop; False (changing nothing) for anything else, and for a
-        reading from before the thread's latest cut. The result is that of `Engine.end()`,
+        The common exit of a loop; False (changing nothing) for anything else. The result is that of `Engine.end()`,
         and the interval stays spare for the next entry.
         """
         node = self.timer.mine
@@ -146,7 +101,6 @@ class SectionEntry:
             or interval.span is not None
             or interval.device is not None
             or _ranges.OPEN
-            or now < state.last_cut  # read before a reset() cut that came between
         ):
             return False
         node.pop_entry()

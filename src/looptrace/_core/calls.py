@@ -1,0 +1,88 @@
+"""How every timer call enters the core: its thread's state, the busy mark, a claim, the clock.
+
+`record()`, `stop()`, a section's entry and exit (the in-place ones and the general ones) all
+begin with `begin()`, and end by handing the busy mark back (`state.busy = was`) in a
+`finally`. Compiled, `begin()` is a direct C call whose result is a C struct: it costs what
+the lines it holds cost.
+"""
+
+from __future__ import annotations
+
+from asyncio.events import _get_running_loop
+from typing import TYPE_CHECKING, Final
+
+from looptrace._core.threadkey import now_in, now_plain
+
+if TYPE_CHECKING:
+    from looptrace._core.engine import Engine
+    from looptrace._core.intervals import ThreadState
+    from looptrace._core.timer import Timer
+
+# A constant, not a module global: read on every call, compiled it is a C static.
+_running_loop: Final = _get_running_loop
+
+# What a call is, for its refusal after `shutdown()` and for how it reads the clock.
+RECORD: Final = 0
+STOP: Final = 1
+ENTER: Final = 2
+EXIT: Final = 3  # (not refused: an exit after shutdown() finds its entry ended, and counts nothing)
+
+
+def begin(engine: Engine, timer: Timer, call: int) -> tuple[ThreadState | None, int, bool]:
+    """Enter a timer call `call` of `timer`: return `(state, now, was)`, state None to do nothing.
+
+    Finds the calling thread's (or asyncio task's) state, marks it busy and waits while another
+    thread claims it (`ThreadState.wait_turn`); `now` is the clock's reading, never from before
+    the state's latest `reset()` cut. `was` is the busy mark before (True only in a timer call
+    made inside one, e.g. by a finaliser): the caller restores it, `state.busy = was`, when
+    done. A call other than an exit after `shutdown()` is refused (counted as misuse); a call
+    whose state `shutdown()` closed while it waited does nothing.
+    """
+    if engine.closed and call != EXIT:
+        engine.refuse(_refusal(timer, call))
+        return None, 0, False
+    state = engine.states.last
+    try:
+        # One call checks the thread (and, but at an exit, the asyncio loop) and reads the
+        # clock: None otherwise. An exit needs no loop check while the thread has no asyncio
+        # task with timer state: an entry made in a task was made in the task's state, which
+        # counts in its thread's `tasks` until it is done.
+        if state is None:
+            reading = None
+        elif call == EXIT:
+            reading = None if state.tasks else now_in(state.key, engine.now)
+        else:
+            reading = now_plain(state.key, engine.now, _running_loop)
+        if state is None or reading is None:
+            state = engine.states.state()
+    except Exception:  # a bug of looptrace's (or of its clock): counted, never raised
+        engine.incidents.failed(_CALLS[call])
+        return None, 0, False
+    was = state.busy
+    state.busy = True  # no lock: see `ThreadState`
+    try:
+        if state.claimed and not was:
+            if not state.wait_turn():  # shut down since the check above
+                state.busy = was
+                return None, 0, False
+            reading = None  # read before the wait
+        # A reading from before a reset() cut that came between it and `busy`: read again.
+        if reading is None or reading < state.last_cut:
+            reading = engine.now()
+    except Exception:  # (as above)
+        state.busy = was
+        engine.incidents.failed(_CALLS[call])
+        return None, 0, False
+    return state, reading, was
+
+
+_CALLS: Final = ("record()", "stop()", "a section entry", "a section exit")
+
+
+def _refusal(timer: Timer, call: int) -> str:
+    """Say which call came after `shutdown()`."""
+    if call == RECORD:
+        return f"{timer.path}.record() after shutdown()"
+    if call == STOP:
+        return f"{timer.path}.stop() after shutdown()"
+    return f"{timer.path} entered after shutdown()"
