@@ -128,6 +128,8 @@ calls = st.lists(
             st.sampled_from(NAMES),
             st.integers(0, 4),
         ),
+        # `number` steps of a loop: the calls the in-place paths serve, from the second step on.
+        st.tuples(st.just("loop"), st.sampled_from(TIMERS), st.none(), st.integers(1, 3)),
         st.tuples(st.just("advance"), st.none(), st.none(), st.integers(1, 5000)),
         st.tuples(st.just("reset"), st.none(), st.none(), st.none()),
         st.tuples(st.just("timer-reset"), st.sampled_from(TIMERS), st.none(), st.none()),
@@ -189,6 +191,8 @@ def _run(  # noqa: PLR0912 - a branch per public call
                 clock.advance(0.000_75)
                 if op == "iterate-break" and index == 1:
                     break
+        elif op == "loop":
+            _loop(timer(path), clock, number)
         elif op == "advance":
             clock.advance(number / 1e6)
         elif op == "reset":
@@ -201,6 +205,20 @@ def _run(  # noqa: PLR0912 - a branch per public call
     health = lt.health()
     lt.shutdown()
     return {"windows": windows, "spans": cap.span_tree(), "health": health}
+
+
+def _loop(owner: Any, clock: Any, steps: int) -> None:
+    """Run `steps` steps of a training loop on `owner`: sections recorded and entered, a lap."""
+    for _ in range(steps):
+        owner.record("data")
+        clock.advance(0.001)
+        owner.record("forward")
+        clock.advance(0.002)
+        owner.record("backward")
+        clock.advance(0.003)
+        with owner.section("opt"):
+            clock.advance(0.000_5)
+        owner.record()
 
 
 @settings(max_examples=200, deadline=None)
