@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from looptrace._core import ranges as _ranges
+from looptrace._core.calls import ENTER, EXIT, begin
 from looptrace._core.engine import count_ended, reuse
 from looptrace._core.intervals import discard
 
@@ -24,7 +25,7 @@ class SectionEntry:
     The entry of a loop's section, from the thread that ran last, inside a running untraced
     owner, takes no other call: the section's spare interval restarts in place, and its exit
     ends it in place. Anything else goes the general way (`Timer._entered`, `Timer._left`),
-    with the same result. Both begin as every timer call does (`Timer._enter`, `Timer._exit`).
+    with the same result. Both begin as every timer call does (`calls.begin`).
     """
 
     __slots__ = ("owner", "section", "timer")
@@ -39,7 +40,17 @@ class SectionEntry:
 
         Called as `enter()` or `enter(section)`.
         """
-        self.owner._enter(self.timer, hold=True, entry=self)
+        owner = self.owner
+        engine = owner._engine
+        state, now, was = begin(engine, self.timer, ENTER)
+        if state is not None:
+            try:
+                if was or not engine.in_place or self.enter_spare(state, now) is None:
+                    owner._entered(state, self.timer, now, hold=True)
+            except Exception:  # a bug of looptrace's: counted, never raised into the loop
+                engine.incidents.failed("a section entry")
+            finally:
+                state.busy = was
         return self.section
 
     def enter_spare(self, state: ThreadState, now: int) -> Interval | None:
@@ -74,17 +85,34 @@ class SectionEntry:
         Called as `exit(exc_type, exc, traceback)` or `exit(section, exc_type, exc, traceback)`.
         """
         error = third if first is self.section else second
-        if error is None:  # (isinstance() of None looks up its __class__: kept off this path)
-            self.owner._exit(self.timer, None, None, self)
-        else:
-            failed = error if isinstance(error, BaseException) else None
-            self.owner._exit(self.timer, None, failed, self)
+        owner = self.owner
+        engine = owner._engine
+        state, now, was = begin(engine, self.timer, EXIT)
+        if state is None:  # shut down: shutdown() ended the section
+            return
+        try:
+            if error is None:  # (isinstance() of None looks up its __class__: kept off this path)
+                left = (
+                    not was and engine.in_place and self.leave_in_place(state, now)
+                ) or owner._left(state, self.timer, now, None, None)
+            else:
+                failed = error if isinstance(error, BaseException) else None
+                left = owner._left(state, self.timer, now, None, failed)
+        except Exception:  # a bug of looptrace's: counted, never raised into the loop
+            engine.incidents.failed("a section exit")
+            return
+        finally:
+            state.busy = was
+        if not left:
+            owner._unmatched(self.timer)
+        if state.fold_due:
+            engine.windows.merge_pending(state)
 
     def leave_in_place(self, state: ThreadState, now: int) -> bool:
         """End the section's latest entry at `now`, an untraced leaf inside the owner's interval.
 
-        The common exit of a loop; False (changing nothing) for anything else. The result is that of `Engine.end()`,
-        and the interval stays spare for the next entry.
+        The common exit of a loop; False (changing nothing) for anything else. The result is
+        that of `Engine.end()`, and the interval stays spare for the next entry.
         """
         node = self.timer.mine
         if node is None or node.owner is not state:

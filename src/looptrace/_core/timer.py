@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Final, ParamSpec, TypeVar
+from typing import Final, ParamSpec, TypeVar
 
 from looptrace._core.calls import ENTER, EXIT, RECORD, STOP, begin
 from looptrace._core.engine import Engine
@@ -14,9 +14,6 @@ from looptrace._core.section import Section, new_section
 from looptrace._stats.aggregator import OTHER_PATH
 from looptrace._stats.errors import TimerError
 from looptrace._stats.snapshot import Snapshot
-
-if TYPE_CHECKING:
-    from looptrace._core.entry import SectionEntry
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -217,23 +214,13 @@ class Timer:
 
         return decorate
 
-    def _enter(
-        self, child: Timer, *, hold: bool, entry: SectionEntry | None = None
-    ) -> Interval | None:
-        """Enter section `child`; with `hold`, push it on the thread's entries of `child`.
-
-        `entry`, a `with` block's or `start()`'s, restarts the section's spare interval in place
-        where it can (`SectionEntry.enter_spare`).
-        """
+    def _enter(self, child: Timer, *, hold: bool) -> Interval | None:
+        """Enter section `child`; with `hold`, push it on the thread's entries of `child`."""
         engine = self._engine
         state, now, was = begin(engine, child, ENTER)
         if state is None:
             return None
         try:
-            if entry is not None and not was and engine.in_place:
-                interval = entry.enter_spare(state, now)
-                if interval is not None:
-                    return interval
             return self._entered(state, child, now, hold=hold)
         except Exception:  # a bug of looptrace's: counted, never raised into the loop
             engine.incidents.failed("a section entry")
@@ -258,18 +245,8 @@ class Timer:
             interval.state.push_entry(interval)
         return interval
 
-    def _exit(
-        self,
-        child: Timer,
-        interval: Interval | None,
-        error: BaseException | None,
-        entry: SectionEntry | None = None,
-    ) -> None:
-        """Leave an entry of section `child`: `interval`, or (None) the thread's latest held one.
-
-        `entry`, a `with` block's or `stop()`'s, ends the interval in place where it can
-        (`SectionEntry.leave_in_place`).
-        """
+    def _exit(self, child: Timer, interval: Interval | None, error: BaseException | None) -> None:
+        """Leave an entry of section `child`: `interval`, or (None) the thread's latest held one."""
         engine = self._engine
         state, now, was = begin(engine, child, EXIT)
         if state is None:  # shut down: shutdown() ended the section
@@ -281,24 +258,23 @@ class Timer:
             leave_elsewhere(engine, interval, error)
             return
         try:
-            left = (
-                entry is not None
-                and error is None
-                and not was
-                and engine.in_place
-                and entry.leave_in_place(state, now)
-            ) or self._left(state, child, now, interval, error)
+            left = self._left(state, child, now, interval, error)
         except Exception:  # a bug of looptrace's: counted, never raised into the loop
             engine.incidents.failed("a section exit")
             return
         finally:
             state.busy = was
-        if not left and not engine.closed:
-            engine.incidents.misused(
-                "stopped", f"section {child.path!r} stopped more often than started"
-            )
+        if not left:
+            self._unmatched(child)
         if state.fold_due:
             engine.windows.merge_pending(state)
+
+    def _unmatched(self, child: Timer) -> None:
+        """Count an exit of section `child` with no entry of it held, unless shut down."""
+        if not self._engine.closed:
+            self._engine.incidents.misused(
+                "stopped", f"section {child.path!r} stopped more often than started"
+            )
 
     def _left(
         self,
