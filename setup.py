@@ -1,9 +1,12 @@
 """Build looptrace, compiling its hot path (`_core/`, `_stats/`) with mypyc where it can.
 
-`pip install .` (any wheel build) compiles those packages to C extensions. Without a working C
-compiler, with `LOOPTRACE_PURE_PYTHON=1`, or for an editable install (`pip install -e .`, so that
-edits take effect at once), the same modules run as pure Python: identical behaviour, a higher
-cost per section (README, "Performance"). `looptrace --version` says which core runs.
+`pip install .` (any wheel build) compiles those packages to C extensions and installs their
+`.py` sources beside them. Without a working C compiler, with `LOOPTRACE_PURE_PYTHON=1` (set,
+not "0"), or for an editable install (`pip install -e .`, so that edits take effect at once),
+nothing is compiled and the same modules run as pure Python: identical behaviour, a higher cost
+per section (docs/performance.md). A compiled installation runs the pure-Python modules too
+when `LOOPTRACE_PURE_PYTHON=1` is set as looptrace is imported (`_core/build.py`).
+`looptrace --version` says which core runs.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ COMPILED = [
         "_stats/buckets",
         "_stats/health",
         "_stats/sketch",
+        "_stats/tally",
     )
 ]
 # Code generation for a shared library whose functions no other library replaces: without these,
@@ -53,7 +57,8 @@ BUILDS = {"bdist_wheel", "build", "build_ext", "install"}
 
 
 def _extensions() -> list[object]:
-    if os.environ.get("LOOPTRACE_PURE_PYTHON") or not BUILDS.intersection(sys.argv[1:]):
+    pure = os.environ.get("LOOPTRACE_PURE_PYTHON", "").strip() not in {"", "0"}
+    if pure or not BUILDS.intersection(sys.argv[1:]):
         return []
     try:
         from mypyc.build import mypycify

@@ -40,6 +40,7 @@ from bench_cases import (
     raw_sdk_case,
 )
 from bench_costs import (
+    count_cost,
     distinct_names,
     export_throughput,
     iterate_cost,
@@ -156,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         "sketch": sketch_error(100_000 if args.quick else 1_000_000),
         "export": export_throughput(50 if args.quick else 500),
         "iterate": iterate_cost(1_000 if args.quick else 20_000, 5 if args.quick else 15),
+        "count": count_cost(2_000 if args.quick else 50_000, 5 if args.quick else 15),
         "metrics_reset": metrics_reset_cost(3 if args.quick else 30, {}),
         "slow_laps": slow_lap_cost(5 if args.quick else 40, {}),
         "reset": reset_cost(3 if args.quick else 30, app_meter_provider),

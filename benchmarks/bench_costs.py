@@ -186,6 +186,55 @@ def iterate_cost(items: int, rounds: int) -> dict[str, float]:
     }
 
 
+def count_cost(calls: int, rounds: int) -> dict[str, float]:
+    """Per-call cost of `train.count("tokens", n)` beside `record()` (a lap) and an empty loop.
+
+    Aggregate only, a reset every 100 calls, the loops interleaved in random order each round.
+    The target: a count costs at most one `record()`.
+    """
+    lt = looptrace.configure(
+        tracer_provider=TracerProvider(), rank=looptrace.RankInfo(), trace_every=0
+    )
+    train = lt.timer("count_cost")
+
+    def bare() -> None:
+        for i in range(calls):
+            if i % RESET_EVERY == RESET_EVERY - 1:
+                pass
+
+    def recorded() -> None:
+        record = train.record
+        for i in range(calls):
+            record()
+            if i % RESET_EVERY == RESET_EVERY - 1:
+                lt.reset()
+        train.stop()
+
+    def counted() -> None:
+        count = train.count
+        for i in range(calls):
+            count("tokens", 512)
+            if i % RESET_EVERY == RESET_EVERY - 1:
+                lt.reset()
+
+    loops = {"bare": bare, "record": recorded, "count": counted}
+    samples: dict[str, list[float]] = {name: [] for name in loops}
+    rng = random.Random(2)
+    for _ in range(rounds):
+        for name in rng.sample(list(loops), len(loops)):
+            t0 = time.perf_counter_ns()
+            loops[name]()
+            samples[name].append((time.perf_counter_ns() - t0) / calls)
+    lt.shutdown()
+    median = {name: statistics.median(values) for name, values in samples.items()}
+    return {
+        "bare_ns_per_call": median["bare"],
+        "record_ns_per_call": median["record"],
+        "count_ns_per_call": median["count"],
+        "count_x_record": (median["count"] - median["bare"]) / (median["record"] - median["bare"]),
+    }
+
+
 def rss_growth(sections: int) -> dict[str, float]:
     """RSS growth over `sections` aggregated sections, measured in a fresh interpreter."""
     code = f"""

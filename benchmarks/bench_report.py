@@ -35,6 +35,7 @@ def targets_of(rows: list[dict[str, Any]], extra: dict[str, Any]) -> dict[str, f
         "P1 section() aggregate-only x Megatron-style (< 1)": ratio(
             "looptrace section(), aggregate only", "Megatron-style timers"
         ),
+        "P1 count() x record() (<= 1)": extra["count"]["count_x_record"],
         "P6 reset() per section x floor section (<= 1.0)": extra["reset"][
             "aggregate only reset x floor section"
         ],
@@ -125,6 +126,12 @@ def print_report(
         f"iterate(): {it['iterate_ns_per_item']:.0f} ns/item, by hand (record() + "
         f"record('data')): {it['by_hand_ns_per_item']:.0f} ns/item, bare loop "
         f"{it['bare_ns_per_item']:.0f} ns/item; iterate x by hand {it['iterate_x_by_hand']:.2f}"
+    )
+    counted = extra["count"]
+    print(
+        f"count('tokens', 512): {counted['count_ns_per_call']:.0f} ns/call, record() "
+        f"{counted['record_ns_per_call']:.0f} ns/call, bare loop "
+        f"{counted['bare_ns_per_call']:.0f} ns/call; count x record {counted['count_x_record']:.2f}"
     )
     slow = extra["slow_laps"]
     print(

@@ -5,7 +5,9 @@
 Queues ~50 ms of matrix multiplications per step and times them twice in one loop: in a
 device section (CUDA events, resolved lazily) and in a host section without a synchronize.
 The device section must report >= 45 ms; the host one only the launches, a small fraction.
-It also prints the per-section cost of a device section's timer calls, and exits non-zero
+It also prints the per-section cost of a device section's timer calls, checks each window's
+device memory (`Snapshot.memory`) against `torch.cuda.max_memory_allocated()` and the peak
+reset between windows (a 1 GiB tensor held in the first window only), and exits non-zero
 when a check fails.
 """
 
@@ -70,11 +72,39 @@ def main() -> int:
     hot = (time.perf_counter_ns() - start) / sections / 1e3
     lt.reset()
     print(f"timer cost per device section (no work, events only): {hot:.2f} µs")
+    memory_ok = _memory_check(lt)
     lt.shutdown()
 
-    ok = on_device >= 45.0 and on_host < 0.5 * on_device
+    ok = on_device >= 45.0 and on_host < 0.5 * on_device and memory_ok
     print("gpu_check:", "ok" if ok else "FAILED")
     return 0 if ok else 1
+
+
+def _memory_check(lt: looptrace.Looptrace) -> bool:
+    """Check two windows' device peaks: a 1 GiB tensor held in the first one only."""
+    gib = 1 << 30
+    lt.reset()
+    big = torch.empty(gib, dtype=torch.uint8, device="cuda")
+    expected = torch.cuda.max_memory_allocated()  # what torch says the window's peak is
+    del big
+    first = lt.reset().memory
+    second = lt.reset().memory
+    if first is None or second is None or first.device_peak_allocated is None:
+        print("device memory: not read (is another tool resetting the peak?)")
+        return False
+    assert second.device_peak_allocated is not None
+    print(
+        f"device memory: window with 1 GiB peak allocated {first.device_peak_allocated / gib:.3f}"
+        f" GiB (torch says {expected / gib:.3f}), reserved "
+        f"{(first.device_peak_reserved or 0) / gib:.3f} GiB; next window "
+        f"{second.device_peak_allocated / gib:.3f} GiB; retries {first.device_alloc_retries}, "
+        f"OOMs {first.device_ooms}; host resident {(first.host_rss or 0) / gib:.2f} GiB"
+    )
+    return (
+        first.device_peak_allocated == expected
+        and first.device_peak_allocated >= gib
+        and second.device_peak_allocated < first.device_peak_allocated - gib // 2
+    )
 
 
 if __name__ == "__main__":

@@ -150,7 +150,7 @@ def path_count_cost(rounds: int, steps: int) -> dict[str, float]:
         "1000 paths ns/section": medians[1000],
         "1000 x 10 paths": medians[1000] / medians[10],
         # Its medians move with the machine's speed and with how fragmented the heap is
-        # (README, "Performance"); the fastest rounds move less.
+        # (docs/performance.md); the fastest rounds move less.
         "1000 x 10 paths, fastest rounds": fastest[1000] / fastest[10],
         # The share of the per-section cost spent in reset() (medians over the samples).
         "10 paths reset() ns/section": in_resets[10],

@@ -51,6 +51,18 @@ def metric_points(metric: Any) -> dict[str, Any]:
                     }
                     for e in point.exemplars
                 ]
+        elif kind == "exponential_histogram":
+            entry.update(
+                count=point.count,
+                sum=round(point.sum, 9),
+                scale=point.scale,
+                zero_count=point.zero_count,
+                offset=point.positive.offset,
+                buckets=list(point.positive.bucket_counts),
+                negative=list(point.negative.bucket_counts),
+                min=point.min,
+                max=point.max,
+            )
         else:
             entry["value"] = (
                 point.as_int if point.WhichOneof("value") == "as_int" else point.as_double

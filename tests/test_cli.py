@@ -48,6 +48,8 @@ def test_demo_writes_files_and_prints_their_summary(
         f"  looptrace plot {spans} -o {out_dir / 'timings.png'}",
         f"  looptrace perfetto {spans} -o {out_dir / 'trace.json'}"
         "   # then open it in https://ui.perfetto.dev",
+        f"  looptrace report {spans} {snapshots} -o {out_dir / 'report.html'}"
+        "   # one HTML page, opens offline",
         f"  looptrace replay {spans} --endpoint http://localhost:4318"
         "   # into a collector, Jaeger or Tempo",
     ]
@@ -56,17 +58,18 @@ def test_demo_writes_files_and_prints_their_summary(
 def test_the_commands_the_demo_prints_work(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The summary, plot and perfetto commands the demo prints run on its files."""
+    """The summary, plot, perfetto and report commands the demo prints run on its files."""
     assert main(["demo", "--steps", "200", "--out", str(tmp_path)]) == 0
     lines = capsys.readouterr().out.splitlines()
     commands = [line.split("#")[0].split()[1:] for line in lines if line.startswith("  looptrace ")]
-    assert [c[0] for c in commands] == ["summary", "plot", "perfetto", "replay"]
-    for argv in commands[:3]:
+    assert [c[0] for c in commands] == ["summary", "plot", "perfetto", "report", "replay"]
+    for argv in commands[:4]:
         assert main(argv) == 0, argv
     out = capsys.readouterr().out
     assert out.startswith("snapshot files: 2 windows, rank 0, steps 0-199\n")
     assert (tmp_path / "timings.png").stat().st_size > 10_000
     assert (tmp_path / "trace.json").stat().st_size > 10_000
+    assert (tmp_path / "report.html").read_text().startswith("<!")
 
 
 def test_demo_never_touches_a_file_it_did_not_create(tmp_path: Path) -> None:

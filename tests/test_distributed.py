@@ -14,11 +14,14 @@ from typing import Any
 import pytest
 
 from looptrace._stats.spread import SPREAD_STATS
+
+# The test extra's torch; CI's other Python versions run without it (.ci/other-pythons).
+pytest.importorskip("torch.distributed", reason="needs torch (the test extra)")
 from tests import rank_worker
 
 WORKER = Path(rank_worker.__file__)
 JOB_TIMEOUT_S = 120
-SUFFIXES = ("min_rank", "max_rank", "mean_rank", "slowest_rank")
+SUFFIXES = ("min_rank", "max_rank", "mean_rank", "slowest_rank", "fastest_rank")
 
 
 # --- reference: the spread of every path, computed in plain Python from each rank's stats ---
@@ -43,14 +46,18 @@ def reference(per_rank: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, 
             }
             if not values:
                 nan = math.nan
-                entry[stat] = {"min": nan, "max": nan, "mean": nan, "slowest_rank": None}
+                entry[stat] = {
+                    "min": nan, "max": nan, "mean": nan, "slowest_rank": None,
+                    "fastest_rank": None,
+                }  # fmt: skip
                 continue
-            top = max(values.values())
+            top, low = max(values.values()), min(values.values())
             entry[stat] = {
-                "min": min(values.values()),
+                "min": low,
                 "max": top,
                 "mean": sum(values.values()) / len(values),
                 "slowest_rank": min(r for r, v in values.items() if v == top),
+                "fastest_rank": min(r for r, v in values.items() if v == low),
             }
         expected[path] = entry
     return expected
@@ -186,11 +193,12 @@ def test_mismatched_paths_union_absent_and_slowest_rank(job: Any) -> None:
             "max": 0.250,
             "mean": (0.100 * (world - 1) + 0.250) / world,
             "slowest_rank": slow,
+            "fastest_rank": 0,
         }
     )
     # the absent ranks are not zeros: the one rank that checkpoints is min, max and mean
     assert across["root.training.checkpoint"]["total"] == pytest.approx(
-        {"min": 1.5, "max": 1.5, "mean": 1.5, "slowest_rank": last}
+        {"min": 1.5, "max": 1.5, "mean": 1.5, "slowest_rank": last, "fastest_rank": last}
     )
     assert across["root.training"]["mean"]["slowest_rank"] == last
     for rank in range(world):
@@ -246,7 +254,13 @@ def test_a_rank_that_timed_nothing_is_absent_everywhere(job: Any) -> None:
     batch = idle["dict"]["across_ranks"]["root.eval.batch"]
     assert (batch["ranks"], batch["absent"]) == (world - 1, [0])
     assert batch["count"] == pytest.approx(
-        {"min": 1, "max": world - 1, "mean": world / 2, "slowest_rank": world - 1}
+        {
+            "min": 1,
+            "max": world - 1,
+            "mean": world / 2,
+            "slowest_rank": world - 1,
+            "fastest_rank": 1,
+        }
     )
     assert batch["mean"]["slowest_rank"] == world - 1
     assert idle["metrics"]["timing.root.eval.batch.mean.max_rank"] == pytest.approx(0.01 * world)
@@ -263,13 +277,14 @@ def test_all_ranks_idle_and_after_shutdown_give_empty_spreads(job: Any) -> None:
 
 
 def test_a_tie_names_the_lowest_rank(job: Any) -> None:
-    """When every rank has the same value the slowest rank is rank 0."""
+    """When every rank has the same value the slowest and the fastest rank are rank 0."""
     _, results = job
     barrier = results[-1]["all_equal"]["dict"]["across_ranks"]["root.sync.barrier"]
     assert barrier["total"] == pytest.approx(
-        {"min": 0.02, "max": 0.02, "mean": 0.02, "slowest_rank": 0}
+        {"min": 0.02, "max": 0.02, "mean": 0.02, "slowest_rank": 0, "fastest_rank": 0}
     )
     assert {barrier[stat]["slowest_rank"] for stat in SPREAD_STATS} == {0}
+    assert {barrier[stat]["fastest_rank"] for stat in SPREAD_STATS} == {0}
 
 
 def test_bytes_per_rank_do_not_grow_with_the_world_size(
@@ -291,22 +306,25 @@ def test_bytes_per_rank_do_not_grow_with_the_world_size(
     smaller = {"calls": 9, "bytes": first["table_lost"]["bytes"] - 16 * 8}
     assert (
         moved[2]
-        == [{**first, "mismatched": {"calls": 8, "bytes": 1706 - 16 * 8}, "table_lost": smaller}]
+        == [{**first, "mismatched": {"calls": 8, "bytes": 2050 - 16 * 8}, "table_lost": smaller}]
         * 2
     )
-    assert first["mismatched"] == {"calls": 8, "bytes": 1706}
+    assert first["mismatched"] == {"calls": 8, "bytes": 2050}
     # a rank without the table: every rank sees the fingerprints differ and drops its table;
     # then a header, 32 slots, the window's 5 paths (26 bytes wide), a header, the three
     # statistics all_reduces over 5 paths and one MIN round for the 2 paths not every rank ran
-    # (backward, checkpoint)
-    header, per_path = 4 * 8, 8 * (2 * 6 + 2 * 6 + 1 + 6)
+    # (backward, checkpoint). Per path: the extremes (highest, lowest), the sums and the
+    # counts, the slowest and fastest ranks and the straggler's total; per rank, not per
+    # path: 3 + 2 + 3 values naming the straggler.
+    header, per_path = 4 * 8, 8 * (2 * 6 + 2 * 6 + 1 + 2 * 6 + 1)
+    straggler = 8 * (3 + 2 + 3)
     assert first["table_lost"] == {
         "calls": 9,
-        "bytes": 3 * header + 32 * 8 + 5 * 26 + 5 * per_path + 2 * 8,
+        "bytes": 3 * header + 32 * 8 + 5 * 26 + 5 * per_path + straggler + 2 * 8,
     }
     # the same paths again: the header and three all_reduces over the 9 agreed paths, and one
     # MIN round naming the single absent (or present) rank of backward and checkpoint
-    assert first["steady"] == {"calls": 5, "bytes": header + 9 * per_path + 2 * 8}
+    assert first["steady"] == {"calls": 5, "bytes": header + 9 * per_path + straggler + 2 * 8}
 
 
 # --- realignment: a rank that skips a reduce or fails in one; the next reduces still work ---

@@ -10,6 +10,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+# The test extra's torch; CI's other Python versions run without it (.ci/other-pythons).
+pytest.importorskip("torch.distributed", reason="needs torch (the test extra)")
+
 import torch.distributed as dist
 
 from looptrace._distributed import across_ranks as _distributed
@@ -22,7 +26,7 @@ from tests import rank_worker
 
 WORKER = Path(rank_worker.__file__)
 JOB_TIMEOUT_S = 120
-SUFFIXES = ("min_rank", "max_rank", "mean_rank", "slowest_rank")
+SUFFIXES = ("min_rank", "max_rank", "mean_rank", "slowest_rank", "fastest_rank")
 
 
 # --- in this process: no process group, torch absent, one rank, a failing collective ---
@@ -88,7 +92,7 @@ def one_rank(tmp_path: Path) -> Iterator[None]:
 
 @pytest.mark.usefixtures("one_rank")
 def test_one_rank_spread_is_its_own_stats(cap: Capture) -> None:
-    """A world of one: min, max and mean are the rank's value and it is the slowest."""
+    """A world of one: min, max and mean are the rank's value; it is the slowest and fastest."""
     _window(cap)
     snap = cap.lt.reset(across_ranks=True)
     assert snap.across_ranks is not None
@@ -97,7 +101,7 @@ def test_one_rank_spread_is_its_own_stats(cap: Capture) -> None:
             "ranks": 1,
             "absent": [],
             **{
-                stat: {"min": v, "max": v, "mean": v, "slowest_rank": 0}
+                stat: {"min": v, "max": v, "mean": v, "slowest_rank": 0, "fastest_rank": 0}
                 for stat in SPREAD_STATS
                 for v in [float(getattr(stats, stat))]
             },
@@ -133,17 +137,21 @@ def test_a_statistic_without_a_value_is_nan_and_names_no_rank() -> None:
     reduced = _collectives.reduce(Snapshot({"root.a": stats}, start_ns=0, end_ns=1, rank=0))
     assert reduced is not None and reduced.across_ranks is not None
     spread = reduced.across_ranks["root.a"].to_dict()
-    missing = {"min": math.nan, "max": math.nan, "mean": math.nan, "slowest_rank": None}
+    missing = {
+        "min": math.nan, "max": math.nan, "mean": math.nan, "slowest_rank": None,
+        "fastest_rank": None,
+    }  # fmt: skip
+    ranks = {"slowest_rank": 0, "fastest_rank": 0}
     assert json.dumps(spread, sort_keys=True) == json.dumps(
         {
             "ranks": 1,
             "absent": [],
-            "count": {"min": 0.0, "max": 0.0, "mean": 0.0, "slowest_rank": 0},
-            "total": {"min": 0.25, "max": 0.25, "mean": 0.25, "slowest_rank": 0},
+            "count": {"min": 0.0, "max": 0.0, "mean": 0.0, **ranks},
+            "total": {"min": 0.25, "max": 0.25, "mean": 0.25, **ranks},
             "mean": missing,
             "p99": missing,
             "max": missing,
-            "self_time": {"min": 0.25, "max": 0.25, "mean": 0.25, "slowest_rank": 0},
+            "self_time": {"min": 0.25, "max": 0.25, "mean": 0.25, **ranks},
         },
         sort_keys=True,
     )

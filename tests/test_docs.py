@@ -600,3 +600,10 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
         env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
     )
     assert result.returncode == 0, result.stderr[-3000:]
+
+
+def test_the_thresholds_table_is_the_rendered_table() -> None:
+    """The "What is slow" page's thresholds table is exactly `thresholds.markdown_table()`."""
+    from looptrace._stats import thresholds
+
+    assert thresholds.markdown_table().strip() in (ROOT / "docs" / "answers.md").read_text()

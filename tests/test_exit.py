@@ -414,3 +414,40 @@ def test_sigterm_inside_a_timer_call_writes_the_final_window(tmp_path: Path) -> 
         (w["step"], w["stats"]["root.train"]["count"], w["stats"]["root.train.data"]["count"])
         for w in windows
     ] == [(20, 20, 20), (31, 11, 11)]
+
+
+def test_shutdown_delivers_where_no_thread_can_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With thread starts refused (interpreter shutdown, 3.12+), files get every span and window."""
+    import threading
+
+    import looptrace
+    from looptrace.testing import FakeClock
+
+    clock = FakeClock()
+    spans, snapshots = tmp_path / "spans.jsonl", tmp_path / "snaps.jsonl"
+    lt = looptrace.configure(
+        clock=clock,
+        trace_file=str(spans),
+        snapshot_file=str(snapshots),
+        trace_every=1,
+        metrics_exporter="none",
+    )
+
+    def refuse(self: threading.Thread) -> None:
+        raise RuntimeError("can't create new thread at interpreter shutdown")
+
+    monkeypatch.setattr(threading.Thread, "start", refuse)
+    train = lt.timer("train")
+    for _ in range(3):
+        train.record("data")
+        clock.advance(0.01)
+        train.record()
+    lt.reset()
+    train.record("data")
+    clock.advance(0.01)
+    lt.shutdown()
+    windows = [json.loads(line) for line in snapshots.read_text().splitlines()]
+    assert [w["stats"]["root.train.data"]["count"] for w in windows] == [3, 1]
+    assert len(_span_lines(spans)) == 8  # 4 laps, 4 data sections

@@ -110,6 +110,7 @@ def test_snapshot_file_has_one_line_per_window(tmp_path: Path) -> None:
         "world_size": 1,
         "host": socket.gethostname(),
         "stats": first.to_dict(),
+        "memory": first.memory.to_dict() if first.memory is not None else None,
     }
     # The second lap ended at stop(): two steps done when the last window closed.
     assert (lines[1]["step"], lines[1]["steps"], lines[1]["stats"]["root.training"]["total"]) == (

@@ -309,3 +309,18 @@ def test_otlp_options_without_an_http_tracking_server_is_a_config_error(
     with pytest.raises(ConfigError, match=r"is not an HTTP server; traces need an MLflow"):
         otlp_options()
     assert os.environ["MLFLOW_TRACKING_URI"].startswith("file://")
+
+
+def test_flat_keys_of_distinct_paths_stay_distinct_with_a_slash(cap: Capture) -> None:
+    """The loggers' flat keys escape a `/` inside a name as as_metrics does: no key is shared."""
+    from looptrace.integrations._common import flat_metrics
+
+    train = cap.lt.timer("t")
+    with train.timer("a").section("b"):  # root.t.a.b
+        cap.clock.advance(0.001)
+    with train.section("a/b"):  # root.t.a/b
+        cap.clock.advance(0.002)
+    snapshot = cap.lt.reset()
+    keys = flat_metrics(snapshot, stats_names=("total",), sep="/")
+    assert keys == snapshot.as_metrics(prefix="timing", stats=("total",), sep="/")
+    assert "timing/root/t/a%2Fb/total" in keys and "timing/root/t/a/b/total" in keys

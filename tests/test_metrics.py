@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import threading
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -314,14 +315,15 @@ def test_failed_metric_pushes_reach_health(protocol: str) -> None:
     assert health == looptrace.Health(failed_metric_pushes=2)
 
 
-def test_sdk_without_the_reader_hook_is_a_config_error() -> None:
+def test_sdk_without_the_reader_hook_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
     """An SDK whose MeterProvider keeps its readers elsewhere fails loudly, not silently."""
     provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
-    readers = provider._metric_readers
-    del provider._metric_readers  # as an SDK that renamed it would
+    # As an SDK that renamed them would: the readers (1.43 on) and the configuration's (before).
+    monkeypatch.delattr(provider, "_metric_readers", raising=False)
+    monkeypatch.setattr(provider, "_sdk_config", SimpleNamespace(resource=Resource.create()))
     with pytest.raises(looptrace.ConfigError, match=r"opentelemetry-sdk has no MeterProvider"):
         looptrace.configure(tracer_provider=TracerProvider(), meter_provider=provider)
-    provider._metric_readers = readers
+    monkeypatch.undo()
     provider.shutdown()
 
 

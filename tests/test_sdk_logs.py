@@ -84,14 +84,14 @@ def test_an_application_exporter_beside_looptrace_logs_unchanged(
     app_provider.get_tracer("app").start_span("request").end()  # exported on this thread
     lt.shutdown()
     app_provider.shutdown()
-    app_records = [
-        r for r in caplog.records if r.name.startswith("opentelemetry.exporter.otlp.proto.http")
-    ]
+    # the app's failure as its SDK logs it: the exporter's logger, or the span processor's
+    # where an older SDK's HTTP exporter raises
+    app_records = [r for r in caplog.records if r.name.startswith("opentelemetry.")]
     assert app_records
     assert {r.levelno for r in app_records} >= {logging.ERROR}
-    folded = [r.levelno for r in caplog.records if r.name == "looptrace.sdk"]
-    assert folded  # looptrace's own failures: one INFO line per kind
-    assert set(folded) == {logging.INFO}
+    assert lt.health().dropped_spans > 0  # looptrace's own failures: counted, and
+    folded = {r.levelno for r in caplog.records if r.name == "looptrace.sdk"}
+    assert folded <= {logging.INFO}  # at most one INFO line per kind
     # shutdown() takes the filter off, once looptrace's exporter has given up retrying
     assert wait_until(lambda: _fold_filters() == [], 10)
 

@@ -23,10 +23,10 @@ from looptrace._export.settings import (
 from looptrace._export.settings_table import (
     DEFAULT_ENDPOINTS,
     SETTINGS,
+    docs_rows,
     env_value,
     int_value,
     option_help,
-    readme_rows,
     setting,
     str_value,
 )
@@ -45,7 +45,7 @@ BATCH = (
 def docs_table() -> list[str]:
     """Return the Configuration page's settings table: from its header to the first non-row."""
     lines = CONFIGURATION.read_text().splitlines()
-    start = lines.index(readme_rows()[0])
+    start = lines.index(docs_rows()[0])
     end = start
     while end < len(lines) and lines[end].startswith("|"):
         end += 1
@@ -53,8 +53,8 @@ def docs_table() -> list[str]:
 
 
 def test_docs_table_is_the_rendered_table() -> None:
-    """The Configuration page's settings table is exactly the table rendered (`readme_rows()`)."""
-    assert docs_table() == readme_rows()
+    """The Configuration page's settings table is exactly the table rendered (`docs_rows()`)."""
+    assert docs_table() == docs_rows()
 
 
 def test_every_configure_argument_of_the_table_exists() -> None:
@@ -179,7 +179,7 @@ def test_service_name_default_is_the_tables() -> None:
 PACKAGE = Path(looptrace.__file__).parent
 # Modules that hand the process environment to a reader: the table's resolvers and the CLI,
 # the launcher's rank variables (`_distributed/ranks.py`, a table of launchers of its own),
-# and the NVTX tool's attach variable (`_core/ranges.py`).
+# the NVTX tool's attach variable (`_core/ranges.py`) and the choice of core (`_core/build.py`).
 ENVIRONMENT_READERS = {
     "_export/run_settings.py",
     "_export/settings.py",
@@ -187,15 +187,20 @@ ENVIRONMENT_READERS = {
     "_offline/commands.py",
     "_distributed/ranks.py",
     "_core/ranges.py",
+    "_core/build.py",
 }
+# Read by `import looptrace` before any setting, below the layer of the table: which core loads
+# (`_core/build.py`; setup.py reads it at installation too).
+OUTSIDE_THE_TABLE = {"LOOPTRACE_PURE_PYTHON"}
 
 
 def test_every_variable_the_package_names_is_the_tables() -> None:
     """Each OTEL_*/LOOPTRACE_* name in the package is a table row (or a per-signal form of one)."""
     unknown = []
     for module in sorted(PACKAGE.rglob("*.py")):
-        for name in set(
-            re.findall(r"\b(?:OTEL|LOOPTRACE)_[A-Z0-9_]*[A-Z0-9]\b", module.read_text())
+        for name in (
+            set(re.findall(r"\b(?:OTEL|LOOPTRACE)_[A-Z0-9_]*[A-Z0-9]\b", module.read_text()))
+            - OUTSIDE_THE_TABLE
         ):
             try:
                 env_value(name, {})

@@ -78,7 +78,8 @@ def test_as_metrics_without_prefix(cap: Capture) -> None:
 
 
 def _spread(low: float, high: float, mean: float, slowest: int | None) -> RankSpread:
-    return RankSpread(min=low, max=high, mean=mean, slowest_rank=slowest)
+    fastest = None if slowest is None else 0  # rank 0 holds every lowest value
+    return RankSpread(min=low, max=high, mean=mean, slowest_rank=slowest, fastest_rank=fastest)
 
 
 def _cross_rank_snapshot() -> Snapshot:
@@ -104,22 +105,27 @@ def test_as_metrics_with_cross_rank_data() -> None:
         "t.root.eval.count.min_rank": 2,
         "t.root.eval.count.max_rank": 4,
         "t.root.eval.count.mean_rank": 3,
+        "t.root.eval.count.fastest_rank": 0.0,
         "t.root.eval.count.slowest_rank": 2.0,
         "t.root.eval.total.min_rank": 1.0,
         "t.root.eval.total.max_rank": 3.0,
         "t.root.eval.total.mean_rank": 2.0,
+        "t.root.eval.total.fastest_rank": 0.0,
         "t.root.eval.total.slowest_rank": 2.0,
         "t.root.eval.mean.min_rank": 0.5,
         "t.root.eval.mean.max_rank": 0.75,
         "t.root.eval.mean.mean_rank": 0.625,
+        "t.root.eval.mean.fastest_rank": 0.0,
         "t.root.eval.mean.slowest_rank": 2.0,
         "t.root.eval.max.min_rank": 0.5,
         "t.root.eval.max.max_rank": 1.0,
         "t.root.eval.max.mean_rank": 0.75,
+        "t.root.eval.max.fastest_rank": 0.0,
         "t.root.eval.max.slowest_rank": 2.0,
         "t.root.eval.self_time.min_rank": 1.0,
         "t.root.eval.self_time.max_rank": 1.0,
         "t.root.eval.self_time.mean_rank": 1.0,
+        "t.root.eval.self_time.fastest_rank": 0.0,
         "t.root.eval.self_time.slowest_rank": 0.0,
     }
 
@@ -129,17 +135,35 @@ def test_to_dict_with_cross_rank_data() -> None:
     data = _cross_rank_snapshot().to_dict()
     p99 = data["across_ranks"]["root.eval"].pop("p99")
     assert math.isnan(p99.pop("min")) and math.isnan(p99.pop("max"))
-    assert math.isnan(p99.pop("mean")) and p99 == {"slowest_rank": None}
+    assert math.isnan(p99.pop("mean")) and p99 == {"slowest_rank": None, "fastest_rank": None}
     assert data == {
         "across_ranks": {
             "root.eval": {
                 "ranks": 2,
                 "absent": [1],
-                "count": {"min": 2, "max": 4, "mean": 3, "slowest_rank": 2},
-                "total": {"min": 1.0, "max": 3.0, "mean": 2.0, "slowest_rank": 2},
-                "mean": {"min": 0.5, "max": 0.75, "mean": 0.625, "slowest_rank": 2},
-                "max": {"min": 0.5, "max": 1.0, "mean": 0.75, "slowest_rank": 2},
-                "self_time": {"min": 1.0, "max": 1.0, "mean": 1.0, "slowest_rank": 0},
+                "count": {"min": 2, "max": 4, "mean": 3, "slowest_rank": 2, "fastest_rank": 0},
+                "total": {
+                    "min": 1.0,
+                    "max": 3.0,
+                    "mean": 2.0,
+                    "slowest_rank": 2,
+                    "fastest_rank": 0,
+                },
+                "mean": {
+                    "min": 0.5,
+                    "max": 0.75,
+                    "mean": 0.625,
+                    "slowest_rank": 2,
+                    "fastest_rank": 0,
+                },
+                "max": {"min": 0.5, "max": 1.0, "mean": 0.75, "slowest_rank": 2, "fastest_rank": 0},
+                "self_time": {
+                    "min": 1.0,
+                    "max": 1.0,
+                    "mean": 1.0,
+                    "slowest_rank": 0,
+                    "fastest_rank": 0,
+                },
             }
         }
     }
@@ -171,6 +195,7 @@ def test_as_metrics_chosen_stats_with_cross_rank_data() -> None:
         "t/root/eval/mean/max_rank": 0.75,
         "t/root/eval/mean/mean_rank": 0.625,
         "t/root/eval/mean/slowest_rank": 2.0,
+        "t/root/eval/mean/fastest_rank": 0.0,
     }
 
 
@@ -225,6 +250,7 @@ def test_separator_inside_a_name_is_escaped() -> None:
                 ("total/max_rank", 2.0),
                 ("total/mean_rank", 1.5),
                 ("total/slowest_rank", 1.0),
+                ("total/fastest_rank", 0.0),
             )
         },
     }
@@ -255,7 +281,7 @@ def test_distinct_paths_give_distinct_keys(data: st.DataObject, sep: str, prefix
         st.lists(st.text(st.sampled_from(alphabet), max_size=5), unique=True, max_size=8)
     )
     flat = _laps(paths, across_ranks=True).as_metrics(prefix=prefix, sep=sep)
-    per_path = len(METRIC_STATS) + 1 + 4 * len(SPREAD_STATS)  # stats, ranks, spreads
+    per_path = len(METRIC_STATS) + 1 + 5 * len(SPREAD_STATS)  # stats, ranks, spreads
     assert len(flat) == len(paths) * per_path
 
 

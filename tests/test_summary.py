@@ -82,6 +82,11 @@ def test_snapshot_files_merge_windows(
     out = _summary(capsys, *(run.snapshot_file for run in two_ranks))
     assert out == "\n".join(
         [
+            "findings (1 of 1, most severe first):",
+            "  critical input_bound: 60% of the root.training lap waits for input in "
+            "root.training.data (0.120 s of 0.200 s) (4 of 4 windows); try: more DataLoader "
+            "workers, pin_memory, prefetching, or lighter transforms",
+            "",
             "snapshot files: 4 windows, 2 ranks (0, 1), steps 0-3",
             "",
             "section        count     mean    p50     p99   total  % parent    self  rank min  rank max  slowest",  # noqa: E501
@@ -183,6 +188,7 @@ def test_since_step_on_snapshot_files_keeps_later_windows(
 ) -> None:
     """--since-step keeps the windows that closed at that step or later."""
     out = _summary(capsys, *(run.snapshot_file for run in two_ranks), "--since-step", "3")
+    out = out.split("\n\n", 1)[1]  # after the findings (the run is input-bound)
     assert out.splitlines()[0] == "snapshot files: 2 windows, 2 ranks (0, 1), steps 2-3"
     counts = {line.split()[0]: line.split()[1] for line in out.splitlines()[3:6]}
     assert counts == {"root.training": "4", "forward": "4", "data": "4"}
@@ -235,6 +241,7 @@ def test_cross_rank_snapshot_lines_give_the_straggler_column(
         "max": None,
         "mean": None,
         "slowest_rank": None,
+        "fastest_rank": None,
     }
     out = _summary(capsys, path).splitlines()
     assert out[2:4] == [

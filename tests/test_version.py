@@ -54,13 +54,13 @@ def test_core_kind_is_the_core_that_runs() -> None:
         assert core_kind() == expected
 
 
-def test_the_compiled_core_tells_threads_apart_by_their_dictionary() -> None:
-    """Compiled, a thread's key is its state dictionary's address (C helper); else its ident."""
+def test_the_compiled_core_tells_threads_apart_by_their_thread_state_id() -> None:
+    """Compiled, a thread's key is its thread state's unique id (C helper); else its ident."""
     if core_kind() == "compiled":
-        from looptrace._core._threaddict import current
+        from looptrace._core._threaddict import key
 
-        assert thread_key() == id(current())
-        assert current() is current()
+        assert thread_key() == key() == key()
+        assert isinstance(key(), int)
     else:
         assert thread_key() == threading.get_ident()
 

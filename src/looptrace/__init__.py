@@ -5,6 +5,10 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from looptrace._core.build import select_core
+
+select_core()  # LOOPTRACE_PURE_PYTHON=1: the pure-Python core, before any module of it loads
+
 if TYPE_CHECKING:  # the names below are imported on first use: the CLI's offline commands
     # (summary, plot, perfetto) then never load the OpenTelemetry SDK
     from looptrace._configure import configure
@@ -16,28 +20,36 @@ if TYPE_CHECKING:  # the names below are imported on first use: the CLI's offlin
     from looptrace._export.id_generator import StepIdGenerator
     from looptrace._export.processor import AggregatingSpanProcessor
     from looptrace._looptrace import Looptrace
+    from looptrace._stats.diagnosis import Finding
     from looptrace._stats.errors import ConfigError, TimerError
     from looptrace._stats.health import Health
+    from looptrace._stats.memory import WindowMemory
+    from looptrace._stats.rates import Rate
     from looptrace._stats.snapshot import SectionStats, Snapshot
     from looptrace._stats.spread import RankSpread, SectionSpread
+    from looptrace._stats.straggler import Straggler
 
 __all__ = [
     "AggregatingSpanProcessor",
     "Clock",
     "ConfigError",
     "DeviceClock",
+    "Finding",
     "Health",
     "Looptrace",
     "MonotonicClock",
     "RankInfo",
     "RankSpread",
+    "Rate",
     "Section",
     "SectionSpread",
     "SectionStats",
     "Snapshot",
     "StepIdGenerator",
+    "Straggler",
     "Timer",
     "TimerError",
+    "WindowMemory",
     "__version__",
     "configure",
 ]
@@ -48,18 +60,22 @@ _LAZY = {
     "Clock": "looptrace._core.clock",
     "ConfigError": "looptrace._stats.errors",
     "DeviceClock": "looptrace._core.device",
+    "Finding": "looptrace._stats.diagnosis",
     "Health": "looptrace._stats.health",
     "Looptrace": "looptrace._looptrace",
     "MonotonicClock": "looptrace._core.clock",
     "RankInfo": "looptrace._distributed.ranks",
     "RankSpread": "looptrace._stats.spread",
+    "Rate": "looptrace._stats.rates",
     "Section": "looptrace._core.section",
     "SectionSpread": "looptrace._stats.spread",
     "SectionStats": "looptrace._stats.snapshot",
     "Snapshot": "looptrace._stats.snapshot",
     "StepIdGenerator": "looptrace._export.id_generator",
+    "Straggler": "looptrace._stats.straggler",
     "Timer": "looptrace._core.timer",
     "TimerError": "looptrace._stats.errors",
+    "WindowMemory": "looptrace._stats.memory",
     "configure": "looptrace._configure",
 }
 

@@ -1,4 +1,8 @@
-"""The `looptrace` command line: `demo`, and the offline `summary`, `perfetto`, `replay`, `plot`."""
+"""The `looptrace` command line: `demo`, and the offline commands of `_offline/commands.py`.
+
+`summary`, `perfetto`, `replay`, `plot`, `report`, `compare` and `watch` read span, snapshot
+and metrics files with no server.
+"""
 
 from __future__ import annotations
 

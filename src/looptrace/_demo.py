@@ -190,6 +190,8 @@ def demo_report(result: DemoResult) -> str:
             "Look at them:",
             f"  looptrace summary {snapshots}",
             f"  looptrace plot {snapshots} -o {directory / 'timings.png'}",
+            f"  looptrace report {snapshots} -o {directory / 'report.html'}"
+            "   # one HTML page, opens offline",
         ]
     else:
         lines += [
@@ -200,6 +202,8 @@ def demo_report(result: DemoResult) -> str:
             f"  looptrace plot {spans} -o {directory / 'timings.png'}",
             f"  looptrace perfetto {spans} -o {directory / 'trace.json'}"
             "   # then open it in https://ui.perfetto.dev",
+            f"  looptrace report {spans} {snapshots} -o {directory / 'report.html'}"
+            "   # one HTML page, opens offline",
             f"  looptrace replay {spans} --endpoint http://localhost:4318"
             "   # into a collector, Jaeger or Tempo",
         ]

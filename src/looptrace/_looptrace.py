@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from looptrace._core.engine import Engine
 from looptrace._core.timer import Timer
@@ -16,7 +16,10 @@ from looptrace._export.outputs import Outputs
 from looptrace._export.processor import AggregatingSpanProcessor
 from looptrace._stats.aggregator import Aggregator
 from looptrace._stats.health import Health, Incidents
+from looptrace._stats.memory import MemoryReader
+from looptrace._stats.roles import Roles
 from looptrace._stats.snapshot import Snapshot
+from looptrace._stats.thresholds import DEFAULTS
 
 
 class Looptrace:
@@ -34,8 +37,10 @@ class Looptrace:
         rank: RankInfo,
         outputs: Outputs,
         processor: AggregatingSpanProcessor | None,
+        memory: MemoryReader | None = None,
     ) -> None:
         self._engine = engine
+        self._memory = MemoryReader() if memory is None else memory
         self._aggregator = aggregator
         self._incidents = incidents
         self.rank = rank
@@ -47,6 +52,8 @@ class Looptrace:
         self._first_steps: dict[str | None, int] = {}
         self._shutdown_lock = threading.Lock()
         self.root = Timer(engine, "root", None)
+        self.roles = Roles()  # configure(roles=..., wait_sections=...)
+        self.limits: Mapping[str, float] = DEFAULTS  # configure(diagnosis_thresholds=...)
         engine.reset_timer = self._reset_timer
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=_after_fork_hook(self))
@@ -153,6 +160,7 @@ class Looptrace:
                 closed = Snapshot(
                     {}, start_ns=0, end_ns=0, rank=self.rank.rank, subtree=subtree or "root"
                 )
+                closed.roles, closed.limits = self.roles, self.limits
                 return reduce_or_keep(closed, self._incidents, reduce=across_ranks)
             engine.windows.close(now, final=final, subtree=subtree)  # final: closes the engine
             if self._processor is not None:
@@ -165,6 +173,12 @@ class Looptrace:
                 subtree=subtree,
             )
             snapshot.steps = self._window_steps(subtree, snapshot.step)
+        snapshot.roles, snapshot.limits = self.roles, self.limits
+        if subtree is None:  # the process's memory: in the windows of every timer only
+            try:
+                snapshot.memory = self._memory.read()
+            except Exception:
+                self._incidents.failed("reading the memory of a window")
         snapshot = reduce_or_keep(snapshot, self._incidents, reduce=across_ranks)  # counts it
         for sink in self._outputs.on_reset:
             try:
@@ -200,6 +214,7 @@ class Looptrace:
             if engine.closed:
                 return
             self._close_window(across_ranks=False, final=True)
+            self._memory.release()
             for close in self._outputs.on_shutdown:
                 try:
                     close()

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from opentelemetry import metrics, trace
 
+from looptrace._configure.interpreter import check_interpreter
 from looptrace._configure.outputs import Sinks, open_sinks
 from looptrace._configure.providers import global_sdk_meter_provider, looptrace_resource
 from looptrace._configure.tracing import Tracing, TracingSources, wire_tracing
@@ -19,12 +20,15 @@ from looptrace._export.exit import install_exit_flush
 from looptrace._export.files import PathLike
 from looptrace._export.outputs import Outputs
 from looptrace._export.run_settings import RunSettings, resolve_run
-from looptrace._export.settings import ExportOptions, SlowLapFactor
+from looptrace._export.settings import ExportOptions, SlowLapFactor, histogram_kind
 from looptrace._export.settings import slow_lap_factor as slow_lap_factor_of
 from looptrace._looptrace import Looptrace
 from looptrace._stats.aggregator import Aggregator
 from looptrace._stats.errors import ConfigError
 from looptrace._stats.health import Incidents
+from looptrace._stats.memory import MemoryReader
+from looptrace._stats.roles import roles_of
+from looptrace._stats.thresholds import thresholds
 
 MAX_PATHS_HIGH = 10**6
 
@@ -57,6 +61,11 @@ def configure(
     metrics_exporter: str | None = None,
     prometheus: str | int | bool | None = None,
     slow_lap_factor: SlowLapFactor = "auto",
+    histogram: str | None = None,
+    roles: Mapping[str, Iterable[str] | str] | None = None,
+    wait_sections: Iterable[str] = (),
+    diagnosis_thresholds: Mapping[str, float] | None = None,
+    device_memory: bool | None = None,
 ) -> Looptrace:
     """Set up looptrace and return the handle that makes timers and resets windows.
 
@@ -113,17 +122,39 @@ def configure(
         prometheus: serve `/metrics` for Prometheus at `"host:port"` or a port (host
             127.0.0.1; the local rank is added to the port), True for the default 9464.
         slow_lap_factor: trace an untraced step in full when it takes more than this many
-            times the recent median of its timer (default 3; see the README, "Finding a
-            straggler"); `None` or `"off"` turns it off; `"auto"` (the default) reads
+            times the recent median of its timer (default 3; see "Slow steps" on the
+            docs' Tracing page); `None` or `"off"` turns it off; `"auto"` (the default) reads
             `LOOPTRACE_SLOW_LAP_FACTOR`.
+        histogram: how OTLP metrics carry section durations: `"explicit"` buckets (five per
+            decade) or `"exponential"` base-2 buckets at scale 7, within 1 %, for backends
+            with native histograms; None (the default) reads `LOOPTRACE_HISTOGRAM`.
+        roles: section names per role (`"data"`, `"wait"`, `"evaluation"`,
+            `"checkpoint"`), for the diagnosis; `iterate()`'s fetch is `"data"` already. A
+            name given no role has none: it is never guessed.
+        wait_sections: names of sections where ranks wait for each other (DDP's all-reduce
+            inside `"backward"`): the cross-rank straggler is the rank with the least time
+            in them, the rank the others wait for.
+        diagnosis_thresholds: thresholds of `Snapshot.diagnosis()` by name, replacing the
+            defaults of its table (see the README).
+        device_memory: read the CUDA allocator's peaks, retries and OOMs at each window's
+            close (`Snapshot.memory`) and reset the peak for the next window. The reset is
+            process-wide: with None (the default) looptrace does it only when no other
+            looptrace in the process does; True does it even so; False reads no device
+            figure (pass it when your code or another tool resets the peak itself).
 
-    Each exporter argument falls back to its standard `OTEL_*` variable (see the README).
+    Each exporter argument falls back to its standard `OTEL_*` variable (see the docs'
+    Configuration page, docs/configuration.md).
     Environment variables turn exporters on only for the providers looptrace creates itself.
 
     Raises:
         ConfigError: a setting, passed or from the environment, that cannot be used.
 
     """
+    check_interpreter()  # a free-threaded Python without the GIL: refused before anything else
+    try:
+        answers = roles_of(roles, wait_sections), thresholds(diagnosis_thresholds)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
     settings = resolve_run(
         service_name=service_name,
         trace_every=trace_every,
@@ -133,7 +164,10 @@ def configure(
         snapshot_file=snapshot_file,
     )
     slow_factor = slow_lap_factor_of(slow_lap_factor)
+    kind = histogram_kind(histogram)
     _check_max_paths(max_paths)
+    if device_memory is not None and not isinstance(device_memory, bool):
+        raise ConfigError(f"device_memory must be True, False or None, got {device_memory!r}")
     rank = RankInfo.from_env() if rank is None else rank
     incidents, outputs = Incidents(), Outputs()
     resource = looptrace_resource(settings.service_name, rank)
@@ -153,13 +187,21 @@ def configure(
         traces_exporter=traces_exporter,
         metrics_exporter=metrics_exporter,
         prometheus=prometheus,
+        histogram=kind,
     )
     sources = TracingSources(tracer_provider, resource, rank, settings.run_id, incidents, outputs)
     sinks = open_sinks(settings, options, sources, owns_metrics=meter_provider is None)
     if readers:
         pipeline = sinks.pipeline
-        readers.attach(outputs, pipeline.histograms if pipeline else None, resource, rank)
+        readers.attach(
+            outputs, pipeline.histograms if pipeline else None, resource, rank, histogram=kind
+        )
     aggregator = Aggregator(max_paths=max_paths)
+    # The exponential buckets are built from each window's durations, read when the totals
+    # fold it (off the training thread); only then do windows keep them past their statistics.
+    aggregator.keep_distributions = kind == "exponential" and (
+        sinks.pipeline is not None or bool(readers)
+    )
     tracing = Tracing() if settings.disabled else wire_tracing(sources, aggregator, sinks.pipeline)
     engine = _engine(
         settings=settings,
@@ -171,7 +213,7 @@ def configure(
         slow_lap_factor=slow_factor,
     )
     sinks.files.attach(tracing.provider, outputs)
-    return _handle(
+    lt = _handle(
         engine=engine,
         aggregator=aggregator,
         tracing=tracing,
@@ -179,7 +221,10 @@ def configure(
         rank=rank,
         incidents=incidents,
         outputs=outputs,
+        memory=MemoryReader(device_memory),
     )
+    lt.roles, lt.limits = answers
+    return lt
 
 
 def _check_max_paths(max_paths: int) -> None:
@@ -265,6 +310,7 @@ def _handle(
     rank: RankInfo,
     incidents: Incidents,
     outputs: Outputs,
+    memory: MemoryReader,
 ) -> Looptrace:
     """Make the user's handle, flushed at exit (within the exporters' timeout) if it writes."""
     lt = Looptrace(
@@ -274,6 +320,7 @@ def _handle(
         rank=rank,
         outputs=outputs,
         processor=tracing.processor,
+        memory=memory,
     )
     if sinks.active:
         install_exit_flush(lt, sinks.flush, sinks.timeout_s, incidents)

@@ -1,61 +1,56 @@
-/* The calling thread's dictionary: how a compiled timer call tells which thread runs it.
+/* Which thread calls: how a compiled timer call tells threads apart, cheaply and for good.
  *
  * `threading.get_ident()` makes a new int on every call, and every timer call asks twice.
- * `current()` returns an object the interpreter keeps anyway: the thread's state dictionary
- * (`PyThreadState_GetDict`), which lives exactly as long as the thread's Python state.
- * looptrace compares its address and never keeps a reference to it: the dictionary is freed
- * when its thread exits, and that is what releases the thread's `threading.local` data.
+ * `key()` returns the calling thread state's unique id (`PyThreadState_GetID`): a counter the
+ * interpreter gives each thread state it creates, never reused while the process lives (an
+ * ident, or the address of an object of the thread, can be taken again by a thread started
+ * after this one exited). The first 256 of them are cached small ints: no allocation.
  *
  * `now_in()` and `now_plain()` ask that question and read the clock in one call: a timer
  * call's checks and its reading, which would take the compiled core three calls through
  * the interpreter's call protocol, each of them more than the work it calls.
+ *
+ * The module needs the GIL (`Py_mod_gil`): looptrace's timer calls take no lock and rely on
+ * it (looptrace/_core/cpython.py lists what looptrace assumes of CPython).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-static PyObject *
-current(PyObject *module, PyObject *Py_UNUSED(ignored))
+/* The calling thread state's unique id. */
+static unsigned long long
+calling_id(void)
 {
-    PyObject *dictionary = PyThreadState_GetDict(); /* borrowed; made on first use */
-    if (dictionary == NULL) {
-        if (!PyErr_Occurred()) {
-            PyErr_SetString(PyExc_RuntimeError, "the calling thread has no state dictionary");
-        }
-        return NULL;
-    }
-    Py_INCREF(dictionary);
-    return dictionary;
+    return (unsigned long long)PyThreadState_GetID(PyThreadState_Get());
+}
+
+static PyObject *
+key(PyObject *module, PyObject *Py_UNUSED(ignored))
+{
+    return PyLong_FromUnsignedLongLong(calling_id());
 }
 
 /* The key decoded last: a timer call passes its thread state's key, the same int object
- * call after call, so its address is decoded once, not at every call. */
+ * call after call, so its value is decoded once, not at every call. */
 typedef struct {
     PyObject *key; /* a strong reference, or NULL */
-    void *address; /* the key's value */
+    unsigned long long id; /* the key's value */
 } decoded;
 
-/* 1 if `key` (an int from `id(current())`) is the calling thread's, 0 if not, -1 on error. */
+/* 1 if `key` (an int from `key()`) is the calling thread's, 0 if not, -1 on error. */
 static int
 is_here(PyObject *module, PyObject *key)
 {
-    PyObject *dictionary = PyThreadState_GetDict();
-    if (dictionary == NULL) {
-        if (!PyErr_Occurred()) {
-            PyErr_SetString(PyExc_RuntimeError, "the calling thread has no state dictionary");
-        }
-        return -1;
-    }
     decoded *last = PyModule_GetState(module);
     if (key != last->key) {
-        void *address = PyLong_AsVoidPtr(key);
-        if (address == NULL && PyErr_Occurred()) {
+        unsigned long long id = PyLong_AsUnsignedLongLong(key);
+        if (id == (unsigned long long)-1 && PyErr_Occurred()) {
             return -1;
         }
         Py_INCREF(key);
         Py_XSETREF(last->key, key);
-        last->address = address;
+        last->id = id;
     }
-    return last->address == (void *)dictionary;
+    return last->id == calling_id();
 }
 
 /* Return `func()`. A builtin that takes no arguments (`time.perf_counter_ns`, asyncio's
@@ -116,7 +111,7 @@ now_plain(PyObject *module, PyObject *const *args, Py_ssize_t count)
 }
 
 static PyMethodDef methods[] = {
-    {"current", current, METH_NOARGS, "Return the calling thread's state dictionary."},
+    {"key", key, METH_NOARGS, "Return the calling thread state's unique id."},
     {"now_in", (PyCFunction)(void (*)(void))now_in, METH_FASTCALL,
      "now_in(key, clock): clock() when called in the thread of key, else None."},
     {"now_plain", (PyCFunction)(void (*)(void))now_plain, METH_FASTCALL,
@@ -146,12 +141,22 @@ free_module(void *module)
     clear((PyObject *)module);
 }
 
+static PyModuleDef_Slot slots[] = {
+#ifdef Py_mod_gil
+    /* A free-threaded build enables the GIL when it imports this module (unless told not to,
+     * and then looptrace's configure() refuses to run). */
+    {Py_mod_gil, Py_MOD_GIL_USED},
+#endif
+    {0, NULL},
+};
+
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "looptrace._core._threaddict",
-    .m_doc = "The calling thread's state dictionary, for telling threads apart cheaply.",
+    .m_doc = "The calling thread state's unique id, for telling threads apart cheaply.",
     .m_size = sizeof(decoded),
     .m_methods = methods,
+    .m_slots = slots,
     .m_traverse = traverse,
     .m_clear = clear,
     .m_free = free_module,

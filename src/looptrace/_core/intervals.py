@@ -12,6 +12,7 @@ from opentelemetry.context import Context
 from looptrace._core.threadkey import thread_key
 from looptrace._stats.aggregator import ENTRY_ITEMS, FOLD_AT, Adjustment
 from looptrace._stats.attributes import THREAD_ID, THREAD_NAME
+from looptrace._stats.tally import Tally
 
 if TYPE_CHECKING:
     from looptrace._core.device import DeviceQueue, DeviceTrack
@@ -164,6 +165,7 @@ class ThreadState:
         "adjustments",
         "busy",
         "claimed",
+        "counts",
         "device",
         "final",
         "fold_due",
@@ -196,6 +198,9 @@ class ThreadState:
         # One list, whatever the number of paths, which `reset()` hands over whole.
         self.log: list[object] = []
         self.adjustments: list[Adjustment] = []
+        # Units counted in the window (`Timer.count`), by (timer path, unit): handed over
+        # whole with the log at the cut.
+        self.counts: dict[tuple[str, str], Tally] = {}
         self.fold_due = False  # the log holds FOLD_AT intervals: merge after the call
         self.last_cut = 0  # the instant of the latest `reset()` cut of this thread
         self.device: DeviceQueue | None = None  # device segments waiting for their events
@@ -305,10 +310,15 @@ class ThreadState:
         The caller holds the aggregator's lock and claims this state.
         """
         aggregator.take(*self._take_log())
+        counts = self.counts
+        if counts:
+            self.counts = {}
+            aggregator.take_counts(counts)
 
     def drop_all(self) -> None:
-        """Forget the log (a forked child's copy of it)."""
+        """Forget the log and the counts (a forked child's copy of them)."""
         self._take_log()
+        self.counts = {}
 
     def _take_log(self) -> tuple[list[object], list[Adjustment]]:
         """Return the log and its adjustments, and start new ones."""

@@ -11,7 +11,7 @@ is dropped, so a `break` out of the loop would leave its lap running. An object 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sized
+from collections.abc import Callable, Iterable, Iterator, Sized
 from typing import TYPE_CHECKING, Final, Generic, TypeVar
 
 if TYPE_CHECKING:
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 _END = object()  # what `next()` returns for an exhausted iterator
+SAMPLES: Final = "samples"  # the unit `iterate(items=...)` counts
 _UNREAD: Final = -1  # `Laps._remaining` before the first fetch reads `len()`
 
 
@@ -34,13 +35,22 @@ class Laps(Generic[T]):
     at once. A fetch that raises ends its section with an error and the lap with it. When the
     loop leaves early (`break`, an exception in the body, a `zip` that ends first) the lap
     ends when this object is closed: when nothing refers to it any more, or by its `close()`.
+    With `items` (samples per item, or a callable giving them from the item) each item
+    fetched adds its samples to the timer's `"samples"` count, in the lap it starts.
     """
 
-    __slots__ = ("_done", "_fetch", "_iterable", "_iterator", "_remaining", "_timer")
+    __slots__ = ("_done", "_fetch", "_items_of", "_iterable", "_iterator", "_remaining", "_timer")
 
-    def __init__(self, timer: Timer, iterable: Iterable[T], fetch: Section) -> None:
+    def __init__(
+        self,
+        timer: Timer,
+        iterable: Iterable[T],
+        fetch: Section,
+        items: int | Callable[[T], float] | None = None,
+    ) -> None:
         self._timer = timer
         self._fetch = fetch
+        self._items_of = items
         self._iterable: Iterable[T] | None = iterable  # until its iterator is made
         self._iterator: Iterator[T] | None = None
         # Items left by `len()`, None when it does not say; read at the first fetch, so that
@@ -62,6 +72,9 @@ class Laps(Generic[T]):
         if item is _END:
             self.close()
             raise StopIteration
+        items = self._items_of
+        if items is not None:
+            self._timer.count(SAMPLES, items if isinstance(items, int) else items(item))  # type: ignore[arg-type]  # not _END
         return item  # type: ignore[return-value]  # _END was handled above
 
     def _fetch_next(self) -> object:

@@ -27,22 +27,20 @@ def _helper() -> ModuleType | None:
 _HELPER: Final = _helper()
 
 # Constants, not module globals: read on every call, compiled they are C statics.
-_current_dictionary: Final[Callable[[], object] | None] = (
-    None if _HELPER is None else _HELPER.current
-)
+_helper_key: Final[Callable[[], object] | None] = None if _HELPER is None else _HELPER.key
 
 
 def thread_key() -> object:
     """Return the calling thread's key: the same on every call, another in any other live thread.
 
-    With the compiled core it is the address of the thread's state dictionary, which costs no
-    allocation (`get_ident()` makes an int on every call); otherwise the thread's ident. A
-    key, like an ident, can be reused once its thread has exited. Keys compare with `==`.
+    With the compiled core it is the thread state's unique id, never reused while the process
+    lives and (for the first 256 threads) a cached int: no allocation; otherwise the thread's
+    ident, which a thread started after this one exited can get again. Keys compare with `==`.
     """
-    current = _current_dictionary
-    if current is None:
+    key = _helper_key
+    if key is None:
         return get_ident()
-    return id(current())
+    return key()
 
 
 def _now_in(key: object, clock: Callable[[], int]) -> int | None:
@@ -66,7 +64,7 @@ now_plain: Final[Callable[[object, Callable[[], int], Callable[[], object]], int
     _now_plain if _HELPER is None else _HELPER.now_plain
 )
 
-if _current_dictionary is None:
+if _helper_key is None:
     # The pure-Python core: callers (finding a thread's state) call `get_ident` itself, which
     # saves them a Python call each (compiled, they call the function above directly,
     # whatever this name holds).

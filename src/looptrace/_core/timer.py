@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+from asyncio.events import _get_running_loop
 from collections.abc import Callable, Iterable, Iterator
 from typing import Final, ParamSpec, TypeVar
 
@@ -11,14 +13,19 @@ from looptrace._core.handoff import leave_elsewhere
 from looptrace._core.intervals import Interval, NodeState, ThreadState, find
 from looptrace._core.iterate import Laps
 from looptrace._core.section import Section, new_section
+from looptrace._core.threadkey import now_plain
 from looptrace._stats.aggregator import OTHER_PATH
 from looptrace._stats.errors import TimerError
 from looptrace._stats.snapshot import Snapshot
+from looptrace._stats.tally import Tally
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
+_HUGE: Final = 2**1000  # an int count beyond this is refused (no float can hold it)
 MAX_NAME_LENGTH: Final = 200  # a section name longer than this is a TimerError
+# A constant, not a module global: read on every call, compiled it is a C static.
+_running_loop: Final = _get_running_loop
 
 
 class Timer:
@@ -33,6 +40,7 @@ class Timer:
         "_engine",
         "_overflow",
         "_section",
+        "_units",
         "device",
         "mine",
         "name",
@@ -59,6 +67,7 @@ class Timer:
         self._children: dict[str, Timer] = {}
         self._section: Section | None = None
         self._overflow: Timer | None = None  # times every name past the path cap
+        self._units: dict[str, tuple[str, str]] = {}  # unit -> its key in a thread's counts
         self.mine: NodeState | None = None  # its state in the thread that used it last
 
     def __repr__(self) -> str:
@@ -67,9 +76,9 @@ class Timer:
     def timer(self, name: object, *, device: bool | None = None) -> Timer:
         """Return the child timer `name`, a str (the same object on every call).
 
-        `device=True` makes it time on the GPU with CUDA events (see the README, "GPU
-        time"); the choice is made when the timer is first created. Names are typed `object`
-        so that anything else is a `TimerError` naming it, compiled core or not.
+        `device=True` makes it time on the GPU with CUDA events (see "GPU time" in the docs,
+        docs/gpu.md); the choice is made when the timer is first created. Names are typed
+        `object` so that anything else is a `TimerError` naming it, compiled core or not.
         """
         child = self._children.get(name) if isinstance(name, str) else None
         if child is None:
@@ -180,6 +189,46 @@ class Timer:
         if state.fold_due:
             engine.windows.merge_pending(state)
 
+    def count(self, unit: object, n: object = 1) -> None:
+        """Add `n` units (`"samples"`, `"tokens"`: any name a section could have) to the window.
+
+        The units count for this timer's path in the window open now (a count made before a
+        `reset()` is in the closing window, one made after it in the next), on any thread,
+        and give the window's rates (`Snapshot.rates`). `n` is a number, at least 0.
+
+        Raises:
+            TimerError: `unit` is not a valid name, or `n` is not a finite number >= 0.
+
+        """
+        key = self._units.get(unit) if isinstance(unit, str) else None
+        if key is None:
+            key = self._unit_key(unit)
+        amount = float(n) if type(n) is int and 0 <= n < _HUGE else _amount(n, key)
+        engine = self._engine
+        if engine.closed:
+            engine.refuse(f"{self.path}.count() after shutdown()")
+            return
+        state = engine.states.last
+        # One call checks the thread and the loop (`int()` stands for the clock): else None.
+        if state is None or now_plain(state.key, int, _running_loop) is None:
+            state = engine.states.state()
+        was = state.busy
+        state.busy = True  # no lock: see `ThreadState`
+        if state.claimed and not was and not state.wait_turn():  # shut down since the check
+            state.busy = was
+            return
+        tally = state.counts.get(key)
+        if tally is None:
+            tally = state.counts[key] = Tally()
+        tally.total += amount
+        state.busy = was
+
+    def _unit_key(self, unit: object) -> tuple[str, str]:
+        """Return the key of a unit new to this timer, checked like a section name."""
+        name = self._check_name(unit)
+        key = self._units[name] = (self.path, name)
+        return key
+
     def section(self, name: object) -> Section:
         """Return section `name` (a str): a context manager, decorator, or start/stop pair.
 
@@ -195,15 +244,28 @@ class Timer:
             section = child._section = new_section(self, child)
         return section
 
-    def iterate(self, iterable: Iterable[R], section: str = "data") -> Iterator[R]:
+    def iterate(
+        self,
+        iterable: Iterable[R],
+        section: str = "data",
+        items: int | Callable[[R], float] | None = None,
+    ) -> Iterator[R]:
         """Yield the items of `iterable`, one lap of this timer each, the fetch timed as `section`.
 
         `for batch in train.iterate(loader):` measures the wait for every batch, the first
         lap's including `iter(loader)` (a DataLoader starts its workers there); the timer stops
         when the iterable is exhausted, or when the loop leaves early (`break`, an error) and
-        drops the iterator.
+        drops the iterator. `items` counts `"samples"` (`count()`) for each item fetched: an
+        int is the samples per item, a callable returns them from the item (`lambda b:
+        len(b[0])`); None counts nothing.
+
+        Raises:
+            TimerError: `items` is neither None, an int >= 0 nor a callable.
+
         """
-        return Laps(self, iterable, self.section(section))
+        if items is not None and not callable(items):
+            _amount(items, (self.path, "samples"))
+        return Laps(self, iterable, self.section(section), items)
 
     def timed(self, name: str | None = None) -> Callable[[Callable[P, R]], Callable[P, R]]:
         """Decorate a function so each call is a section (default name: the function's)."""
@@ -337,6 +399,17 @@ class Timer:
             "instead: call looptrace.configure() there (e.g. in worker_init_fn) and look the "
             "timer up by its name, lt.timer(name); pass the name, not the timer"
         )
+
+
+def _amount(n: object, key: tuple[str, str]) -> float:
+    """Return the units `n` as a float, or raise a `TimerError` naming the unit and why."""
+    if isinstance(n, (int, float)) and not isinstance(n, bool):
+        amount = float(n) if isinstance(n, float) or abs(n) < _HUGE else math.inf
+        if amount >= 0 and amount != math.inf:
+            return amount
+    raise TimerError(
+        f"count({key[1]!r}) of timer {key[0]!r}: n must be a finite number >= 0, got {n!r}"[:300]
+    )
 
 
 def _inside_entry(state: ThreadState, owner: Timer) -> Interval | None:

@@ -8,8 +8,9 @@ timed different sections never wait on each other, and no rank receives another'
    new names themselves;
 2. over that table, one MAX of every statistic and its negation (highest and lowest value),
    one SUM of the values, the ranks holding each one and the ranks running each path, and
-   one MAX of the negated ranks holding each highest value (the slowest rank, the lowest on
-   a tie);
+   one MAX of the negated ranks holding each highest value and each lowest value (the
+   slowest and the fastest rank, the lowest on a tie); the same three collectives carry a
+   few values per rank that name the window's straggler (`looptrace._distributed.straggler`);
 3. for a path that some but not all ranks ran, the smaller side is named one rank per round
    while it has at most `LISTED` ranks, else by one bitmap of the world's ranks.
 
@@ -20,7 +21,7 @@ the ones the others wait in, with values that make every rank drop the window
 (`looptrace._distributed.collectives`), so a failed reduce leaves every rank able to run the
 next one.
 
-Steps 1 and 2 move `32 + 248 x paths` bytes per rank in a window with no new path, whatever
+Steps 1 and 2 move `96 + 304 x paths` bytes per rank in a window with no new path, whatever
 the world size (`looptrace._distributed.collectives.TRAFFIC` counts them). torch is
 imported only when the program has imported `torch.distributed` already, so looptrace works,
 and imports fast, without torch.

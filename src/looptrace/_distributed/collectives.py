@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from looptrace._distributed import straggler as _straggler
 from looptrace._distributed.path_table import PathTable
 from looptrace._distributed.windows import (
     WINDOW_BITS,
@@ -31,6 +32,7 @@ LISTED = 8
 _STATS = len(SPREAD_STATS)
 _TABLE = PathTable()
 _LOCK = threading.Lock()
+_Found = _straggler.Found | None
 
 
 @dataclass
@@ -153,7 +155,7 @@ def reduce(snapshot: Snapshot, window: int = 0) -> Snapshot | None:
     with _LOCK:
         table = _TABLE.state()
         try:
-            result = _run(snapshot, wire, rank, world, window)
+            result, found = _run(snapshot, wire, rank, world, window)
         except Misaligned as misaligned:
             if window != misaligned.latest:
                 WINDOWS.owe(snapshot.subtree, _behind(window, misaligned.latest))
@@ -166,7 +168,8 @@ def reduce(snapshot: Snapshot, window: int = 0) -> Snapshot | None:
             with contextlib.suppress(Exception):  # marked: every rank drops the window
                 _run(Snapshot({}, start_ns=0, end_ns=0, rank=rank), wire, rank, world, window)
             raise
-    return snapshot.with_spreads(result)
+    straggler = None if found is None else found.commit()
+    return snapshot.with_spreads(result, straggler)
 
 
 def _behind(window: int, latest: int) -> int:
@@ -176,14 +179,20 @@ def _behind(window: int, latest: int) -> int:
 
 def _run(
     snapshot: Snapshot, wire: _Wire, rank: int, world: int, window: int
-) -> dict[str, SectionSpread]:
+) -> tuple[dict[str, SectionSpread], _Found]:
     """Agree on the table, then reduce over it; the collectives depend on agreed data only."""
     _TABLE.agree(snapshot, wire.all_reduce, rank=rank, world=world, window=window)
     return _reduce(snapshot, wire, rank, world)
 
 
-def _reduce(snapshot: Snapshot, wire: _Wire, rank: int, world: int) -> dict[str, SectionSpread]:
-    """Reduce this rank's statistics over the agreed table; every rank gets the same result."""
+def _reduce(
+    snapshot: Snapshot, wire: _Wire, rank: int, world: int
+) -> tuple[dict[str, SectionSpread], _Found]:
+    """Reduce this rank's statistics over the agreed table; every rank gets the same result.
+
+    Each collective also carries a few values per rank (not per path) that name the window's
+    straggler (`looptrace._distributed.straggler`); a window whose table is empty has none.
+    """
     rows = len(_TABLE)
     values = [[math.nan] * _STATS for _ in range(rows)]
     running = [0.0] * rows
@@ -196,31 +205,79 @@ def _reduce(snapshot: Snapshot, wire: _Wire, rank: int, world: int) -> dict[str,
     local = torch.tensor(values, dtype=torch.float64).view(rows, _STATS)
     here = torch.tensor(running, dtype=torch.float64)
     has = ~torch.isnan(local)
+    mine = _straggler.Mine.of(snapshot, rank, world) if rows else None
+    grid = rows * _STATS
     # highest values and highest negated values (lowest values), absent as -inf
-    extremes = torch.cat([local, -local]).where(torch.cat([has, has]), -math.inf)
+    extremes = torch.cat([local, -local]).where(torch.cat([has, has]), -math.inf).view(-1)
+    extremes = _with_tail(extremes, mine.extremes() if mine else [])
     wire.all_reduce(extremes, dist.ReduceOp.MAX)
-    highest = extremes[:rows]
-    sums = torch.cat([local.where(has, 0.0), has.double(), here.view(-1, 1)], dim=1)
+    highest = extremes[:grid].view(rows, _STATS)
+    lowest = -extremes[grid : 2 * grid].view(rows, _STATS)
+    sums = torch.cat([local.where(has, 0.0), has.double(), here.view(-1, 1)], dim=1).view(-1)
+    sums = _with_tail(sums, mine.sums() if mine else [])
     wire.all_reduce(sums, dist.ReduceOp.SUM)
-    # the lowest rank holding the highest value: MAX over negated ranks
-    holders = torch.full_like(local, -float(world)).where(~(has & (local == highest)), -rank)
+    columns = 2 * _STATS + 1
+    if mine is not None:
+        mine.reduced(extremes[2 * grid :].tolist(), sums[rows * columns :].tolist())
+    # the lowest rank holding the highest value and the lowest value: MAX over negated ranks
+    nobody = torch.full_like(local, -float(world))
+    slowest_holders = nobody.where(~(has & (local == highest)), -rank)
+    fastest_holders = nobody.where(~(has & (local == lowest)), -rank)
+    holders = torch.cat([slowest_holders.view(-1), fastest_holders.view(-1)])
+    if mine is not None:
+        # the straggler's total of every path, -inf from the other ranks
+        column = SPREAD_STATS.index("total")
+        owns = has[:, column] & mine.straggler
+        totals_column = local[:, column].where(owns, -math.inf)
+        tail = torch.tensor(mine.holders(), dtype=torch.float64)
+        holders = torch.cat([holders, totals_column, tail])
     wire.all_reduce(holders, dist.ReduceOp.MAX)
-    ranks = [int(n) for n in sums[:, -1].tolist()]
+    sums_grid = sums[: rows * columns].view(rows, columns)
+    ranks = [int(n) for n in sums_grid[:, -1].tolist()]
     absent = _absent(running, ranks, wire, rank, world)
-    top, negated_low = highest.tolist(), extremes[rows:].tolist()
-    totals, slowest = sums.tolist(), holders.tolist()
-    result = {}
+    slowest = holders[:grid].view(rows, _STATS).tolist()
+    fastest = holders[grid : 2 * grid].view(rows, _STATS).tolist()
+    totals = sums_grid.tolist()
+    bounds = (highest.tolist(), lowest.tolist())
+    result = _spreads(bounds, totals, (slowest, fastest), ranks, absent)
     present = [row for row in range(rows) if ranks[row] > 0]
-    for row in present:
+    found: _Found = None
+    if mine is not None:
+        found = mine.found(
+            _TABLE.names,
+            holders[2 * grid : 2 * grid + rows].tolist(),
+            [
+                row[SPREAD_STATS.index("total")] if n > 0 else math.nan
+                for row, n in zip(totals, ranks, strict=True)
+            ],
+            holders[2 * grid + rows :].tolist(),
+        )
+    if rows > 2 * len(present) + 64:  # paths gone from every rank: forget them alike
+        _TABLE.keep(present)
+    return result, found
+
+
+def _spreads(
+    bounds: tuple[list[list[float]], list[list[float]]],
+    totals: list[list[float]],
+    holders: tuple[list[list[float]], list[list[float]]],
+    ranks: list[int],
+    absent: dict[int, tuple[int, ...]],
+) -> dict[str, SectionSpread]:
+    """Return the spread of every path some rank ran, from the reduced values."""
+    (top, low), (slowest, fastest) = bounds, holders
+    result = {}
+    for row in (row for row in range(len(ranks)) if ranks[row] > 0):
         per_stat = {}
         for column, stat in enumerate(SPREAD_STATS):
             total, count = totals[row][column], totals[row][_STATS + column]
             per_stat[stat] = (
                 RankSpread(
-                    min=-negated_low[row][column],
+                    min=low[row][column],
                     max=top[row][column],
                     mean=total / count,
                     slowest_rank=-int(slowest[row][column]),
+                    fastest_rank=-int(fastest[row][column]),
                 )
                 if count > 0
                 else RankSpread(math.nan, math.nan, math.nan, None)
@@ -228,9 +285,12 @@ def _reduce(snapshot: Snapshot, wire: _Wire, rank: int, world: int) -> dict[str,
         result[_TABLE.names[row]] = SectionSpread(
             ranks=ranks[row], absent=absent.get(row, ()), **per_stat
         )
-    if rows > 2 * len(present) + 64:  # paths gone from every rank: forget them alike
-        _TABLE.keep(present)
     return result
+
+
+def _with_tail(grid: torch.Tensor, tail: list[float]) -> torch.Tensor:
+    """Return `grid` (flat) with `tail` appended: the per-rank values of a collective."""
+    return torch.cat([grid, torch.tensor(tail, dtype=torch.float64)]) if tail else grid
 
 
 def _finite(value: float) -> float:

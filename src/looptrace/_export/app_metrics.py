@@ -37,6 +37,7 @@ from opentelemetry.sdk.resources import Resource
 from looptrace._distributed.ranks import RankInfo
 from looptrace._export.coalesced import Coalesced
 from looptrace._export.cumulative import CumulativeHistograms, DeltaCursor
+from looptrace._export.exponential import HistogramKind
 from looptrace._export.outputs import Outputs
 from looptrace._stats.errors import ConfigError
 from looptrace._stats.health import Incidents
@@ -101,6 +102,7 @@ class ReaderHooks:
         histograms: CumulativeHistograms | None,
         resource: Resource,
         rank: RankInfo,
+        histogram: HistogramKind = "explicit",
     ) -> None:
         """Make every reader also collect looptrace's metrics, flushed at every `reset()`.
 
@@ -108,7 +110,9 @@ class ReaderHooks:
         """
         incidents = self._incidents
         if histograms is None:
-            histograms = CumulativeHistograms(resource, rank.span_attributes(), incidents)
+            histograms = CumulativeHistograms(
+                resource, rank.span_attributes(), incidents, histogram=histogram
+            )
             outputs.on_reset.append(histograms.add)
             self._own = histograms
         for reader, collect, delta in self._readers:

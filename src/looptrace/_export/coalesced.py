@@ -24,16 +24,32 @@ class Coalesced:
         self._thread: threading.Thread | None = None
 
     def request(self) -> int:
-        """Ask for a run; return a ticket for `wait()` (nothing is run once closed)."""
+        """Ask for a run; return a ticket for `wait()` (nothing is run once closed).
+
+        Where no thread can be started (at interpreter shutdown, Python 3.12 and newer refuse
+        to), the run happens on the caller's thread before this returns.
+        """
         with self._cond:
             if self.closed:
                 return self._done
             self._requested += 1
+            ticket = self._requested
             if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
-                self._thread.start()
+                thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+                try:
+                    thread.start()
+                except RuntimeError:  # "can't create new thread at interpreter shutdown"
+                    pass
+                else:
+                    self._thread = thread
             self._cond.notify_all()
-            return self._requested
+            if self._thread is not None:
+                return ticket
+        self._work(ticket)
+        with self._cond:
+            self._done = max(self._done, ticket)
+            self._cond.notify_all()
+        return ticket
 
     def wait(self, ticket: int, timeout_s: float) -> bool:
         """Wait until the run for `ticket` is done, at most `timeout_s`; return whether it is."""

@@ -20,6 +20,9 @@ from dataclasses import dataclass, field
 from opentelemetry.sdk.metrics import Exemplar
 from opentelemetry.sdk.metrics.export import (
     AggregationTemporality,
+    Buckets,
+    ExponentialHistogram,
+    ExponentialHistogramDataPoint,
     Gauge,
     Histogram,
     HistogramDataPoint,
@@ -35,17 +38,24 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from looptrace._export.coalesced import Coalesced
 from looptrace._export.exemplars import ExemplarProcessor, TraceExemplar
+from looptrace._export.exponential import SCALE, HistogramKind, add_counts, dense, window_counts
 from looptrace._export.metrics import (
     DROPPED_DESCRIPTION,
     DROPPED_METRIC,
     DURATION_DESCRIPTION,
     DURATION_METRIC,
+    ITEMS,
+    ITEMS_DESCRIPTION,
+    ITEMS_METRIC,
+    ITEMS_RATE_DESCRIPTION,
+    ITEMS_RATE_METRIC,
     QUANTILE,
     QUANTILES,
     SECONDS,
     SPANS,
     WINDOW_DESCRIPTION,
     WINDOW_METRIC,
+    item_attributes,
     section_attributes,
 )
 from looptrace._export.window_queue import WindowQueue
@@ -69,6 +79,7 @@ class Series:
     max: float = -math.inf
     quantiles: tuple[float, ...] = ()  # p50, p90, p99 of the latest window with the path
     exemplars: dict[int, TraceExemplar] = field(default_factory=dict)  # by bucket index
+    exponential: dict[int, int] = field(default_factory=dict)  # count per exponential bucket
 
     def add(self, stats: SectionStats) -> None:
         """Add one window's statistics of the path."""
@@ -91,19 +102,41 @@ class Series:
             self.max,
             self.quantiles,
             dict(self.exemplars),
+            dict(self.exponential),
         )
 
 
 @dataclass(slots=True)
 class Totals:
-    """Series per path over the windows from `start_ns` to `time_ns`."""
+    """Series per path over the windows from `start_ns` to `time_ns`.
+
+    `items` holds the units counted per (path, unit) over the windows, `rates` their units
+    per second in the latest window that counted them.
+    """
 
     start_ns: int | None = None
     time_ns: int = 0
     series: dict[str, Series] = field(default_factory=dict)
+    items: dict[tuple[str, str], float] = field(default_factory=dict)
+    rates: dict[tuple[str, str], float] = field(default_factory=dict)
 
-    def add(self, snapshot: Snapshot, exemplars: dict[str, dict[int, TraceExemplar]]) -> None:
-        """Add one window and the exemplars of the spans that ended in it."""
+    def copy(self) -> Totals:
+        """Return an independent copy."""
+        return Totals(
+            self.start_ns,
+            self.time_ns,
+            {path: s.copy() for path, s in self.series.items()},
+            dict(self.items),
+            dict(self.rates),
+        )
+
+    def add(
+        self,
+        snapshot: Snapshot,
+        exemplars: dict[str, dict[int, TraceExemplar]],
+        exponential: dict[str, dict[int, int]],
+    ) -> None:
+        """Add one window, the exemplars of the spans that ended in it, its exponential counts."""
         if self.start_ns is None:
             self.start_ns = snapshot.start_ns
         self.time_ns = max(self.time_ns, snapshot.end_ns)
@@ -112,10 +145,19 @@ class Totals:
             if series is None:
                 series = self.series[path] = Series()
             series.add(stats)
+            counts = exponential.get(path)
+            if counts:
+                add_counts(series.exponential, counts)
         for path, buckets in exemplars.items():
             series = self.series.get(path)
             if series is not None:
                 series.exemplars.update((i, e) for i, e in buckets.items() if series.buckets[i])
+        for path, units in snapshot.rates.items():
+            for unit, rate in units.items():
+                key = (path, unit)
+                self.items[key] = self.items.get(key, 0.0) + rate.total
+                if not math.isnan(rate.per_s):
+                    self.rates[key] = rate.per_s
 
 
 class DeltaCursor:
@@ -158,8 +200,10 @@ class CumulativeHistograms:
         attributes: dict[str, int],
         incidents: Incidents,
         exemplars: ExemplarProcessor | None = None,
+        histogram: HistogramKind = "explicit",
     ) -> None:
         self.resource = resource
+        self.histogram = histogram
         self.exemplars = exemplars
         self.attributes = attributes
         self.incidents = incidents
@@ -212,9 +256,11 @@ class CumulativeHistograms:
             exemplars = (
                 {} if self.exemplars is None else self.exemplars.take(snapshot.end_ns, paths)
             )
-            self._totals.add(snapshot, exemplars)
+            exponential = window_counts(snapshot) if self.histogram == "exponential" else {}
+            snapshot.release_distributions()
+            self._totals.add(snapshot, exemplars, exponential)
             for cursor in self._cursors:
-                cursor.pending.add(snapshot, exemplars)
+                cursor.pending.add(snapshot, exemplars, exponential)
 
     def delta_cursor(self) -> DeltaCursor:
         """Return a new cursor that collects every window added from now on."""
@@ -229,6 +275,12 @@ class CumulativeHistograms:
         with self.lock:
             self._add_queued()
             return {path: s.copy() for path, s in self._totals.series.items()}
+
+    def totals(self) -> Totals:
+        """Return a copy of the totals: series, units counted and their latest rates."""
+        with self.lock:
+            self._add_queued()
+            return self._totals.copy()
 
     def labels(self, path: str) -> dict[str, str | int]:
         """Return the metric attributes of a path: path, span name and rank."""
@@ -255,8 +307,7 @@ class CumulativeHistograms:
         with self.lock:
             self._add_queued()
             if cursor is None:
-                totals = Totals(self._totals.start_ns, self._totals.time_ns)
-                totals.series = {path: s.copy() for path, s in self._totals.series.items()}
+                totals = self._totals.copy()
                 temporality = CUMULATIVE
             else:
                 totals, dropped = cursor.take()
@@ -278,7 +329,9 @@ class CumulativeHistograms:
             name=DURATION_METRIC,
             description=DURATION_DESCRIPTION,
             unit=SECONDS,
-            data=Histogram(
+            data=self._exponential(series, start, now, temporality)
+            if self.histogram == "exponential"
+            else Histogram(
                 data_points=[
                     HistogramDataPoint(
                         attributes=self.labels(path),
@@ -331,7 +384,108 @@ class CumulativeHistograms:
                 is_monotonic=True,
             ),
         )
-        return [duration, window, dropped_metric]
+        return [duration, window, dropped_metric, *self._counted(totals, start, temporality)]
+
+    def _counted(
+        self, totals: Totals, start: int, temporality: AggregationTemporality
+    ) -> list[Metric]:
+        """Return the units counted and their latest rates, only when a timer counted any."""
+        now = totals.time_ns
+        found: list[Metric] = []
+        if totals.items:
+            found.append(
+                Metric(
+                    name=ITEMS_METRIC,
+                    description=ITEMS_DESCRIPTION,
+                    unit=ITEMS,
+                    data=Sum(
+                        data_points=[
+                            NumberDataPoint(
+                                attributes=item_attributes(path, unit, self.attributes),
+                                start_time_unix_nano=start,
+                                time_unix_nano=now,
+                                value=value,
+                            )
+                            for (path, unit), value in sorted(totals.items.items())
+                        ],
+                        aggregation_temporality=temporality,
+                        is_monotonic=True,
+                    ),
+                )
+            )
+        if totals.rates:
+            found.append(
+                _gauge(
+                    ITEMS_RATE_METRIC,
+                    ITEMS_RATE_DESCRIPTION,
+                    "{item}/s",
+                    [
+                        (item_attributes(path, unit, self.attributes), value)
+                        for (path, unit), value in sorted(totals.rates.items())
+                    ],
+                    start=start,
+                    now=now,
+                )
+            )
+        return found
+
+    def _exponential(
+        self,
+        series: list[tuple[str, Series]],
+        start: int,
+        now: int,
+        temporality: AggregationTemporality,
+    ) -> ExponentialHistogram:
+        """Return the duration histogram as base-2 exponential buckets (see `exponential`)."""
+        points = []
+        for path, s in series:
+            offset, counts = dense(s.exponential)
+            points.append(
+                ExponentialHistogramDataPoint(
+                    attributes=self.labels(path),
+                    start_time_unix_nano=start,
+                    time_unix_nano=now,
+                    count=s.count,
+                    sum=s.sum,
+                    scale=SCALE,
+                    zero_count=0,  # every duration is 1 ns or more
+                    positive=Buckets(offset=offset, bucket_counts=counts),
+                    negative=Buckets(offset=0, bucket_counts=[]),
+                    flags=0,
+                    min=s.min,
+                    max=s.max,
+                    exemplars=[_otlp_exemplar(e) for _, e in sorted(s.exemplars.items())],
+                )
+            )
+        return ExponentialHistogram(data_points=points, aggregation_temporality=temporality)
+
+
+def _gauge(
+    name: str,
+    description: str,
+    unit: str,
+    points: list[tuple[dict[str, str | int], float]],
+    *,
+    start: int,
+    now: int,
+) -> Metric:
+    """Return a gauge of `points` (attributes, value)."""
+    return Metric(
+        name=name,
+        description=description,
+        unit=unit,
+        data=Gauge(
+            data_points=[
+                NumberDataPoint(
+                    attributes=attributes,
+                    start_time_unix_nano=start,
+                    time_unix_nano=now,
+                    value=value,
+                )
+                for attributes, value in points
+            ]
+        ),
+    )
 
 
 def _otlp_exemplar(exemplar: TraceExemplar) -> Exemplar:

@@ -80,7 +80,7 @@ class ExportPipeline:
         self.settings = settings
         self.incidents = incidents
         self.histograms = CumulativeHistograms(
-            resource, attributes, incidents, ExemplarProcessor(incidents)
+            resource, attributes, incidents, ExemplarProcessor(incidents), settings.histogram
         )
         self.processor: ExportingSpanProcessor | None = None
         self.pusher: MetricPusher | None = None

@@ -32,3 +32,16 @@ def section_attributes(path: str, base: dict[str, int]) -> dict[str, str | int]:
     """
     path = encodable(path)
     return {PATH: path, SPAN_NAME: path.rsplit(".", 1)[-1], **base}
+
+
+ITEMS_METRIC = "looptrace.items"
+ITEMS_DESCRIPTION = "Units (samples, tokens, ...) a timer counted with count() or iterate(items=)."
+ITEMS_RATE_METRIC = "looptrace.items.window.rate"
+ITEMS_RATE_DESCRIPTION = "Units per second of wall time over the latest reset() window."
+UNIT = "looptrace.unit"  # the attribute naming the unit counted
+ITEMS = "{item}"
+
+
+def item_attributes(path: str, unit: str, base: dict[str, int]) -> dict[str, str | int]:
+    """Return the attributes of a timer's count of `unit`: its path, span name, unit, rank."""
+    return {**section_attributes(path, base), UNIT: encodable(unit)}

@@ -150,6 +150,8 @@ class MetricPusher:
                     if data is None
                     else self._exporter.export(data, timeout_millis=self._timeout_ms)
                 )
+        except OSError:  # a transport error the exporter let through (older SDKs' HTTP one)
+            result = MetricExportResult.FAILURE
         except Exception:
             if not self._pushes.closed:  # raised when close() shut the exporter down under it
                 self._incidents.failed("OTLP metric export")

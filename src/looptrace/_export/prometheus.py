@@ -14,6 +14,10 @@ that asks for OpenMetrics (Prometheus does) also gets the buckets' exemplars.
                                                0.5, 0.9, 0.99) of the latest window, same labels
 ``looptrace_spans_dropped_total``              counter with ``looptrace_rank``,
                                                ``looptrace_world_size``
+``looptrace_items_total``                      counter of the units a timer counted (`count()`,
+                                               `iterate(items=)`): section labels plus
+                                               ``looptrace_unit``; `rate()` gives units/s
+``looptrace_items_window_rate``                gauge: units per second of the latest window
 =============================================  ================================================
 """
 
@@ -27,7 +31,12 @@ from collections.abc import Iterator
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, start_http_server
-from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Exemplar
 from prometheus_client.utils import floatToGoString
@@ -36,9 +45,12 @@ from looptrace._export.cumulative import CumulativeHistograms
 from looptrace._export.metrics import (
     DROPPED_DESCRIPTION,
     DURATION_DESCRIPTION,
+    ITEMS_DESCRIPTION,
+    ITEMS_RATE_DESCRIPTION,
     QUANTILE,
     QUANTILES,
     WINDOW_DESCRIPTION,
+    item_attributes,
 )
 from looptrace._export.settings import PrometheusSettings
 from looptrace._stats.buckets import BOUNDARIES_S
@@ -49,6 +61,8 @@ _log = logging.getLogger("looptrace")
 DURATION_FAMILY = "looptrace_section_duration_seconds"
 WINDOW_FAMILY = "looptrace_section_window_duration"
 DROPPED_FAMILY = "looptrace_spans_dropped"
+ITEMS_FAMILY = "looptrace_items"
+ITEMS_RATE_FAMILY = "looptrace_items_window_rate"
 _LE = (*(floatToGoString(b) for b in BOUNDARIES_S), "+Inf")  # type: ignore[no-untyped-call]
 
 
@@ -93,6 +107,24 @@ class SnapshotCollector(Collector):
         dropped = CounterMetricFamily(DROPPED_FAMILY, DROPPED_DESCRIPTION, labels=list(rank))
         dropped.add_metric(list(rank.values()), histograms.dropped_spans())
         yield dropped
+        yield from _counted(histograms, rank)
+
+
+def _counted(histograms: CumulativeHistograms, rank: dict[str, str]) -> Iterator[Metric]:
+    """Yield the units counted and their latest rates, where a timer counted any."""
+    totals = histograms.totals()
+    if totals.items:
+        names = [label(k) for k in item_attributes("", "", histograms.attributes)]
+        items = CounterMetricFamily(ITEMS_FAMILY, ITEMS_DESCRIPTION, labels=names)
+        rates = GaugeMetricFamily(ITEMS_RATE_FAMILY, ITEMS_RATE_DESCRIPTION, labels=names)
+        for (path, unit), total in sorted(totals.items.items()):
+            values = [str(v) for v in item_attributes(path, unit, histograms.attributes).values()]
+            items.add_metric(values, total)
+            rate = totals.rates.get((path, unit))
+            if rate is not None:
+                rates.add_metric(values, rate)
+        yield items
+        yield rates
 
 
 class PrometheusEndpoint:

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from looptrace._export.exponential import HISTOGRAM_KINDS, HistogramKind
 from looptrace._export.otlp_settings import DEFAULT_TIMEOUT_S, OtlpSettings, Signal, otlp_settings
 from looptrace._export.settings_table import (
     env_value,
@@ -30,6 +31,7 @@ _METRIC_EXPORTERS = frozenset(setting("OTEL_METRICS_EXPORTER").choices)
 _DEFAULT_PROMETHEUS_HOST = str_value("OTEL_EXPORTER_PROMETHEUS_HOST")
 _DEFAULT_PROMETHEUS_PORT = int_value("OTEL_EXPORTER_PROMETHEUS_PORT")
 _PORT_LOW, _PORT_HIGH = int_bounds("OTEL_EXPORTER_PROMETHEUS_PORT")
+_HISTOGRAM = "LOOPTRACE_HISTOGRAM"
 _SLOW_LAP = "LOOPTRACE_SLOW_LAP_FACTOR"
 _SLOW_LAP_LOW = float(setting(_SLOW_LAP).low or 1.0)
 
@@ -52,6 +54,7 @@ class ExportOptions:
     traces_exporter: str | None = None
     metrics_exporter: str | None = None
     prometheus: str | int | bool | None = None
+    histogram: HistogramKind = "explicit"  # resolved by `histogram_kind()`
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,7 @@ class ExportSettings:
     metrics: OtlpSettings | None = None
     prometheus: PrometheusSettings | None = None
     batch: BatchSettings = field(default_factory=BatchSettings)
+    histogram: HistogramKind = "explicit"
 
     @property
     def any(self) -> bool:
@@ -120,6 +124,7 @@ def resolve(
         metrics=otlp_settings("metrics", options, env) if "otlp" in metrics else None,
         prometheus=prometheus,
         batch=_batch(env) if traces - {"none"} else BatchSettings(),
+        histogram=options.histogram,
     )
 
 
@@ -231,6 +236,32 @@ def _batch(env: Mapping[str, str]) -> BatchSettings:
             f"({values['max_export_batch_size']} > {values['max_queue_size']})"
         )
     return BatchSettings(**values)
+
+
+# -- histogram kind ----------------------------------------------------------------------
+
+
+def histogram_kind(argument: object, environ: Mapping[str, str] | None = None) -> HistogramKind:
+    """Resolve `histogram`: `"explicit"` or `"exponential"`; None takes `LOOPTRACE_HISTOGRAM`.
+
+    Raises:
+        ConfigError: any other value, naming the argument or the variable.
+
+    """
+    shown: object
+    if argument is None:
+        env = os.environ if environ is None else environ
+        text = env_value(_HISTOGRAM, env).strip() or str_value(_HISTOGRAM)
+        source, shown = _HISTOGRAM, text[:40]
+    else:
+        source, shown = "histogram", argument
+        text = argument if isinstance(argument, str) else ""
+    for kind in HISTOGRAM_KINDS:
+        if text.lower() == kind:
+            return kind
+    raise ConfigError(
+        f"{source}: expected {' or '.join(map(repr, HISTOGRAM_KINDS))}, got {shown!r}"[:200]
+    )
 
 
 # -- slow laps ---------------------------------------------------------------------------

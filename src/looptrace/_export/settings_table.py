@@ -3,8 +3,8 @@
 The resolvers (`run_settings` for configure()'s own settings, `settings` and `otlp_settings`
 for the exporters') take their defaults, bounds and choices from it and read the environment
 through `env_value()`, which knows only the table's names; `looptrace replay` takes its
-options' names and help from it, and the README's settings table is rendered from it
-(`readme_rows()`; a test keeps the two equal and prints the rows). The OTLP variables also
+options' names and help from it, and the table of the docs' Configuration page is rendered
+from it (`docs_rows()`; a test keeps the two equal and prints the rows). The OTLP variables also
 exist per signal, with `TRACES_` or `METRICS_` after `OTEL_EXPORTER_OTLP_`; the per-signal
 variable wins over the general one.
 """
@@ -48,7 +48,7 @@ class Setting:
 
     @property
     def shown_default(self) -> str:
-        """The default as the README shows it."""
+        """The default as the Configuration page shows it."""
         return self.default or f"`{_show(self.value)}`"
 
 
@@ -198,6 +198,15 @@ SETTINGS: tuple[Setting, ...] = (
         choices=("gzip", "deflate", "none"),
     ),
     Setting(
+        "LOOPTRACE_HISTOGRAM",
+        "histogram",
+        "how OTLP metrics (the push, an application's MeterProvider) carry section durations: "
+        "`explicit` buckets (five per decade, as Prometheus scrapes them) or `exponential`, "
+        "base-2 buckets at scale 7 (within 1 %) for backends with native histograms",
+        "explicit",
+        choices=("explicit", "exponential"),
+    ),
+    Setting(
         "OTEL_EXPORTER_PROMETHEUS_HOST",
         "prometheus",
         "address the Prometheus endpoint binds",
@@ -343,8 +352,8 @@ def option_help(name: str, signal: str = "traces") -> str:
     return f"{entry.option_help} (default: {', then '.join(variables)}{fallback})"
 
 
-def readme_rows() -> list[str]:
-    """Return the README's settings table, header included, one Markdown line per row."""
+def docs_rows() -> list[str]:
+    """Return the Configuration page's settings table, header included, one Markdown line a row."""
     rows = [
         "| variable | argument of `configure()` | meaning | default |",
         "| --- | --- | --- | --- |",

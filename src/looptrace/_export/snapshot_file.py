@@ -17,7 +17,7 @@ from looptrace._export.line_file import FLUSH_TIMEOUT_S, LineFile, loss_line
 from looptrace._export.records import SNAPSHOT_KIND, SNAPSHOT_VERSION
 from looptrace._export.window_queue import WindowQueue
 from looptrace._stats.health import Incidents
-from looptrace._stats.snapshot import Snapshot
+from looptrace._stats.snapshot import Snapshot, rates_dict
 
 
 class SnapshotFileWriter:
@@ -30,8 +30,13 @@ class SnapshotFileWriter:
     `start_ns`, `end_ns`, `rank`, `world_size`, `host` and `stats` (path -> the `SectionStats`
     fields; undefined values as null), for `reset(across_ranks=True)` windows
     `across_ranks` (path -> the `SectionSpread` as a dict), and for a `timer.reset()` window
-    `subtree` (that timer's path; its `step` counts that subtree's laps). A window in which
-    nothing was measured writes no line.
+    `subtree` (that timer's path; its `step` counts that subtree's laps), `straggler` (the
+    cross-rank window's `Straggler` as a dict) when there is one; `findings` holds
+    the window's `Snapshot.diagnosis()` less its abstentions, when it found anything; where
+    units were counted `rates` (path -> unit -> `total`, `per_s`, `per_lap_s`, `per_lap`;
+    undefined as null), and for the windows of every timer `memory` (`WindowMemory` as a
+    dict, bytes). A
+    window in which nothing was measured writes no line.
 
     `reset()` only queues its window; a thread of its own encodes and writes the lines, in
     order. Windows dropped because it fell `MAX_QUEUED_WINDOWS` behind, or that could not be
@@ -120,10 +125,19 @@ class SnapshotFileWriter:
             record["steps"] = [snapshot.steps.start, snapshot.steps.stop - 1]
         if snapshot.subtree != "root":  # timer.reset(): the window of that timer's subtree
             record["subtree"] = snapshot.subtree
+        if snapshot.rates:  # units counted: {path: {unit: {total, per_s, per_lap_s, per_lap}}}
+            record["rates"] = _json_safe(rates_dict(snapshot.rates))
+        if snapshot.memory is not None:  # the process's memory at the close (bytes)
+            record["memory"] = snapshot.memory.to_dict()
         if snapshot.across_ranks is not None:  # reset(across_ranks=True): the job's spread
             record["across_ranks"] = {
                 path: _json_safe(spread.to_dict()) for path, spread in snapshot.across_ranks.items()
             }
+        if snapshot.straggler is not None:  # the rank the others waited for
+            record["straggler"] = _json_safe(snapshot.straggler.to_dict())
+        findings = _findings(snapshot)
+        if findings:  # what the diagnosis found, less abstentions
+            record["findings"] = findings
         line = json.dumps(record, separators=(",", ":")).encode() + b"\n"
         try:
             self._file.write(loss_line("windows", self._unrecorded) + line)
@@ -137,6 +151,15 @@ class SnapshotFileWriter:
             )
             return
         self._unrecorded = 0
+
+
+def _findings(snapshot: Snapshot) -> list[Any]:
+    """Return the window's findings as plain data, less abstentions; none if it cannot."""
+    try:
+        found = snapshot.diagnosis()
+    except Exception:  # a window's line matters more than its diagnosis
+        return []
+    return [_json_safe(f.to_dict()) for f in found if not f.evidence.get("abstained")]
 
 
 def _json_safe(value: Any) -> Any:

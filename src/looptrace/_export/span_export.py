@@ -42,11 +42,14 @@ class CountingSpanExporter(SpanExporter):
 
         An exporter shut down under a batch in flight (a gRPC channel closed by a shutdown that
         stopped waiting for a stalled collector) raises: those spans are lost as any undelivered
-        ones are, not an internal error.
+        ones are, not an internal error; so does a transport error (`OSError`, which `requests`'
+        errors are) that an older SDK's HTTP exporter raises instead of returning a failure.
         """
         try:
             with sdk_logs.ours():
                 result = self.inner.export(encodable_spans(spans))
+        except OSError:  # a transport error the exporter let through (older SDKs' HTTP one)
+            result = SpanExportResult.FAILURE
         except Exception:
             if not self.closing:
                 self._incidents.failed(f"{type(self.inner).__name__}.export")
@@ -167,7 +170,9 @@ def bounded(work: Callable[[], object], timeout_s: float, incidents: Incidents, 
     """Run `work` on a daemon thread and wait at most `timeout_s`; return whether it finished.
 
     A stalled collector can block an exporter call for its whole timeout per batch; the
-    caller (the training thread, `atexit`, a signal handler) waits for one bound only.
+    caller (the training thread, `atexit`, a signal handler) waits for one bound only. Where
+    no thread can be started (at interpreter shutdown, Python 3.12 and newer refuse to), the
+    work runs on the caller's thread, bounded by the exporters' own timeouts only.
     """
     done = threading.Event()
 
@@ -179,7 +184,10 @@ def bounded(work: Callable[[], object], timeout_s: float, incidents: Incidents, 
         finally:
             done.set()
 
-    threading.Thread(target=run, name="looptrace-flush", daemon=True).start()
+    try:
+        threading.Thread(target=run, name="looptrace-flush", daemon=True).start()
+    except RuntimeError:  # "can't create new thread at interpreter shutdown"
+        run()
     return done.wait(timeout_s)
 
 

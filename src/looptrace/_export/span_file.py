@@ -9,6 +9,7 @@ file cannot be written, and then they are counted and recorded in the file.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import weakref
@@ -78,10 +79,10 @@ class SpanFileProcessor(SpanProcessor):
                 return
             self._pending.append(span)
             if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, name="looptrace-span-file", daemon=True
-                )
-                self._thread.start()
+                thread = threading.Thread(target=self._run, name="looptrace-span-file", daemon=True)
+                with contextlib.suppress(RuntimeError):  # at interpreter shutdown: see shutdown()
+                    thread.start()
+                    self._thread = thread
             if len(self._pending) == BATCH:
                 self._cond.notify_all()
 
@@ -105,6 +106,8 @@ class SpanFileProcessor(SpanProcessor):
             thread = self._thread
         if thread is not None:
             thread.join(STALL_S)
+        else:  # no writer thread could be started (interpreter shutdown): write here
+            self._run()
         with self._cond:
             left = len(self._pending)
             self._pending = []

@@ -1,4 +1,7 @@
-"""The offline commands: `summary`, `perfetto`, `replay` and `plot` (parsers and runners)."""
+"""The offline commands: `summary`, `perfetto`, `replay`, `plot`, `report`, `compare`, `watch`.
+
+Their parsers and runners; the work is done by the modules of `_offline/`.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ from typing import Any
 from looptrace._export.settings_table import env_value, option_help, setting, signal_variable
 from looptrace._offline.output import check_output, is_looptrace_png, is_looptrace_trace
 from looptrace._offline.reader import (
+    SNAPSHOTS,
     SPANS,
     InputError,
     JsonLinesFile,
@@ -87,6 +91,46 @@ def add_commands(commands: Subparsers) -> None:
         "--size", type=_size, default=(1200, 900), help="WIDTHxHEIGHT in pixels (1200x900)"
     )
     _add_filters(plot)
+
+    report = _command(
+        commands,
+        "report",
+        "write one self-contained HTML page of span, snapshot and metrics files (any ranks)",
+        "looptrace report runs/ -o report.html   # files, globs or directories",
+        run_report,
+    )
+    report.add_argument("-o", "--output", required=True, help="the HTML file to write")
+
+    compare = commands.add_parser(
+        "compare",
+        help="compare two runs' snapshot files per section, with bootstrap intervals",
+        description="Compare the p50 and the step share of every section between two runs' "
+        "snapshot files, with 95% bootstrap intervals over windows, largest impact first.",
+        epilog="example: looptrace compare 'base/snapshots*.jsonl' new/ --max-regression 5",
+    )
+    compare.add_argument(
+        "baseline", help="the baseline: a snapshot file, a directory or a quoted glob"
+    )
+    compare.add_argument("candidate", help="the candidate, the same way")
+    compare.add_argument(
+        "--max-regression",
+        type=float,
+        metavar="PCT",
+        help="exit 1 when a section's p50 grew by more than PCT %% and the interval excludes 0",
+    )
+    compare.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    compare.set_defaults(run=run_compare)
+
+    watch = _command(
+        commands,
+        "watch",
+        "a live view of snapshot files as ranks append to them (Ctrl-C quits)",
+        "looptrace watch 'runs/snapshots.rank*.jsonl'   # files, quoted globs or directories",
+        run_watch,
+    )
+    watch.add_argument(
+        "--interval", type=float, default=1.0, help="seconds between looks at the files (1)"
+    )
 
 
 def _add_force(parser: argparse.ArgumentParser) -> None:
@@ -220,9 +264,13 @@ def _with_losses(summary: Any, files: list[JsonLinesFile]) -> Any:
 
 def run_summary(args: argparse.Namespace) -> int:
     """Print the tree table of the input files."""
+    from looptrace._offline.findings import findings_text  # noqa: PLC0415
     from looptrace._offline.summary import render_summary  # noqa: PLC0415
 
-    summary, _, kind = _summary_of(args, warner("summary"))
+    summary, records, kind = _summary_of(args, warner("summary"))
+    findings = findings_text(records) if kind == SNAPSHOTS else None
+    if findings is not None:
+        print(findings, end="\n\n")
     print(f"{kind} files: {render_summary(summary)}")
     return 0
 
@@ -318,3 +366,45 @@ def run_plot(args: argparse.Namespace) -> int:
     width, height = args.size
     print(f"wrote {output} ({width}x{height} px): {data.source}")
     return 0
+
+
+def run_report(args: argparse.Namespace) -> int:
+    """Write the HTML report of the input files."""
+    from looptrace._core.build import core_kind  # noqa: PLC0415
+    from looptrace._offline.report import write_report  # noqa: PLC0415
+    from looptrace._stats.version import version  # noqa: PLC0415
+
+    output = Path(args.output)
+    made_by = f"looptrace {version()} ({core_kind()} core)"
+    data = write_report(args.files, output, warner("report"), made_by)
+    ranks = data.ranks
+    print(
+        f"wrote {output} ({output.stat().st_size / 1e6:.2f} MB): {data.description}; "
+        f"{len(ranks)} rank{'' if len(ranks) == 1 else 's'}, "
+        f"{len(data.waterfalls)} waterfalls"
+    )
+    return 0
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    """Print the per-section change from the baseline to the candidate; 1 on a regression."""
+    from looptrace._offline import compare  # noqa: PLC0415
+
+    warn = warner("compare")
+    base = compare.load_side(args.baseline, warn)
+    cand = compare.load_side(args.candidate, warn)
+    timer, changes = compare.compare(base, cand, args.max_regression)
+    if args.json:
+        print(json.dumps(compare.as_json(timer, changes, args.max_regression), indent=1))
+    else:
+        print(compare.render(timer, changes, args.max_regression))
+    return 1 if any(change.flagged for change in changes) else 0
+
+
+def run_watch(args: argparse.Namespace) -> int:
+    """Follow snapshot files in a live terminal view until Ctrl-C."""
+    try:
+        from looptrace._offline.watch import watch  # noqa: PLC0415
+    except ImportError:
+        raise _needs("files", "rich") from None
+    return watch(args.files, warner("watch"), interval=max(0.05, args.interval))

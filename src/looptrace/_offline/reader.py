@@ -197,6 +197,10 @@ class Window:
     spread: dict[str, dict[str, Any]] | None = None  # `across_ranks` of the snapshot line
     subtree: str = "root"  # the timer whose window it is (`timer.reset()`)
     steps: tuple[int, int] | None = None  # the first and last step it holds time of
+    findings: tuple[dict[str, Any], ...] = ()  # what the window's diagnosis found
+    seconds: float = 0.0  # its wall time (`end_ns - start_ns`; 0 where the line lacks them)
+    counted: dict[tuple[str, str], float] | None = None  # `rates` totals by (path, unit)
+    memory: dict[str, int] | None = None  # the measured figures of `memory`, bytes
 
 
 def load_windows(kind: str, files: Sequence[JsonLinesFile], warn: Warn) -> list[Window]:
@@ -217,6 +221,11 @@ def load_windows(kind: str, files: Sequence[JsonLinesFile], warn: Warn) -> list[
                 continue
             windows.append(window)
     return windows
+
+
+def snapshot_window(record: dict[str, Any]) -> Window:
+    """Return the window of one parsed snapshot line (`TypeError`, `ValueError` if malformed)."""
+    return _snapshot(record)
 
 
 _MAX_INT = 2**63
@@ -259,7 +268,48 @@ def _snapshot(record: dict[str, Any]) -> Window:
         spread=_spread(record.get("across_ranks")),
         subtree=_subtree(record.get("subtree", "root")),
         steps=_steps(record.get("steps")),
+        findings=_findings(record.get("findings")),
+        seconds=_window_seconds(record),
+        counted=_counted(record.get("rates")),
+        memory=_memory(record.get("memory")),
     )
+
+
+def _window_seconds(record: dict[str, Any]) -> float:
+    """Return a snapshot line's wall time in seconds, 0 where it lacks its ends."""
+    start, end = record.get("start_ns"), record.get("end_ns")
+    if start is None or end is None:
+        return 0.0
+    return max(_whole(end, "end_ns") - _whole(start, "start_ns"), 0) / 1e9
+
+
+def _counted(value: object) -> dict[tuple[str, str], float] | None:
+    """Return the unit totals of a `rates` object by (path, unit)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise TypeError("rates is not an object")
+    counted: dict[tuple[str, str], float] = {}
+    for path, units in value.items():
+        if not isinstance(units, dict):
+            raise TypeError(f"rates of {path!r} is not an object")
+        for unit, rate in units.items():
+            if not isinstance(rate, dict):
+                raise TypeError(f"rate of {unit!r} of {path!r} is not an object")
+            total = rate.get("total")
+            if isinstance(total, bool) or not isinstance(total, int | float) or not total >= 0:
+                raise TypeError(f"rate of {unit!r} of {path!r} has no total >= 0")
+            counted[str(path), str(unit)] = float(total)
+    return counted
+
+
+def _memory(value: object) -> dict[str, int] | None:
+    """Return the measured figures of a `memory` object (None values left out)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise TypeError("memory is not an object")
+    return {str(k): _whole(v, f"memory {k}") for k, v in value.items() if v is not None}
 
 
 def _steps(value: object) -> tuple[int, int] | None:
@@ -272,6 +322,20 @@ def _steps(value: object) -> tuple[int, int] | None:
     if first > last:
         raise ValueError("steps has its first step after its last")
     return first, last
+
+
+def _findings(value: object) -> tuple[dict[str, Any], ...]:
+    """Return the `findings` of a snapshot line, each with its text fields checked."""
+    if value is None:  # nothing found, or written before looptrace diagnosed windows
+        return ()
+    if not isinstance(value, list):
+        raise TypeError("findings is not a list")
+    for finding in value:
+        if not isinstance(finding, dict) or not all(
+            isinstance(finding.get(key), str) for key in ("kind", "severity", "message")
+        ):
+            raise TypeError("a finding is not an object with kind, severity and message")
+    return tuple(value)
 
 
 def _subtree(value: object) -> str:

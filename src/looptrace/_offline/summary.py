@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 from looptrace._offline.reader import InputError, Window
 from looptrace._offline.table import format_seconds, render_table
 from looptrace._offline.text import escaped
+from looptrace._offline.throughput import memory_line, throughput_lines
 from looptrace._stats.buckets import BOUNDARIES_S
 from looptrace._stats.sketch import nearest_rank
 from looptrace._stats.snapshot import SectionStats
@@ -50,6 +51,8 @@ class Summary:
     estimated: bool = False
     # From `reset(across_ranks=True)` lines: path -> (rank min, rank max, slowest rank).
     spread: dict[str, tuple[float, float, int]] | None = None
+    # Throughput and memory lines (`throughput.py`), printed under the table.
+    counted: tuple[str, ...] = ()
 
 
 class _Record(Protocol):
@@ -126,6 +129,7 @@ def summarize_windows(windows: Sequence[Window]) -> Summary:
         description=description,
         estimated=len(windows) > 1,
         spread=_spread(windows) if len(per_rank) == 1 else None,
+        counted=(*throughput_lines(windows), *filter(None, [memory_line(windows)])),
     )
 
 
@@ -182,6 +186,8 @@ def render_summary(summary: Summary) -> str:
     if summary.estimated:
         notes.append(ESTIMATE_NOTE)
     parts = [summary.description, "", render_table(summary.combined, extra)]
+    if summary.counted:
+        parts += ["", *summary.counted]
     if notes:
         parts += ["", *notes]
     return "\n".join(parts)

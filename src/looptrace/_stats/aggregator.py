@@ -12,6 +12,7 @@ from typing import Final, cast
 from looptrace._stats.buckets import BOUNDARIES_NS
 from looptrace._stats.sketch import QuantileSketch, nearest_rank
 from looptrace._stats.snapshot import SectionStats, Snapshot, StatsSource
+from looptrace._stats.tally import Tally
 
 _log = logging.getLogger("looptrace")
 
@@ -109,6 +110,17 @@ class _PathAggregate:
         if buckets is None:
             buckets = self.buckets = [0] * (len(BOUNDARIES_NS) + 1)
         _fill_buckets(buckets, durations)
+
+    def distribution(self) -> list[tuple[float, int]]:
+        """Return the window's durations as `(value_ns, count)` pairs; one thread at a time.
+
+        Exact while every duration waits unfolded (as `stats()` reads them), else the
+        sketch's buckets by their values, within its 1 %: the same data as the quantiles.
+        """
+        if self.sketch is None:
+            return [(float(value), 1) for value in self.raw or ()]
+        self.fold()
+        return self.sketch.weighted()
 
     def stats(self) -> SectionStats:
         """Return the statistics; the caller keeps one thread at a time.
@@ -230,6 +242,9 @@ class Aggregator:
     """
 
     def __init__(self, *, max_paths: int = 1000) -> None:
+        # Whether windows keep each path's durations for a reader of `distribution()` (the
+        # exponential histograms) once its statistics are read; set when they are configured.
+        self.keep_distributions = False
         if max_paths < 1:
             raise ValueError(f"max_paths must be at least 1, got {max_paths}")
         self.max_paths = max_paths
@@ -239,6 +254,8 @@ class Aggregator:
         # Timers' logs handed over at the cut as they are, grouped when the snapshot is read.
         self._logs: list[tuple[list[object], list[Adjustment]]] = []
         self._ungrouped = 0  # items in `_logs`
+        # Threads' unit counts (`Timer.count`) handed over at the cut, added when read.
+        self._counts: list[dict[tuple[str, str], Tally]] = []
         self._known: set[str] = set()
         self._known_lock = threading.Lock()  # not `lock`: timers are made under it too
         self._warned = False
@@ -291,6 +308,10 @@ class Aggregator:
         if self._warned:  # a timer past the cap logs its intervals as "other"
             self.overflowed += log[::ENTRY_ITEMS].count(OTHER_PATH)
 
+    def take_counts(self, counts: dict[tuple[str, str], Tally]) -> None:
+        """Add a thread's unit counts to the window as they are; the caller holds `lock`."""
+        self._counts.append(counts)
+
     def snapshot(
         self,
         *,
@@ -305,10 +326,12 @@ class Aggregator:
         With `subtree` (a timer's path) only the paths of that timer and its descendants are
         taken; the other paths' windows go on.
         """
+        counts, self._counts = self._counts, []
         if subtree is None:
             logs, self._logs, self._ungrouped = self._logs, [], 0
             paths, self._paths = self._paths, {}
         else:
+            counts = self._split_counts(counts, subtree)
             self._group_logs()
             logs = []
             below = f"{subtree}."
@@ -322,7 +345,28 @@ class Aggregator:
             step=step,
             subtree=subtree or "root",
             more=_Grouping(logs) if logs else None,
+            keep_distributions=self.keep_distributions,
+            counts=counts,
         )
+
+    def _split_counts(
+        self, counts: list[dict[tuple[str, str], Tally]], subtree: str
+    ) -> list[dict[tuple[str, str], Tally]]:
+        """Return the counts of `subtree`'s timers; the others stay in the window going on."""
+        below = f"{subtree}."
+        taken: dict[tuple[str, str], Tally] = {}
+        kept: dict[tuple[str, str], Tally] = {}
+        for part in counts:
+            for key, tally in part.items():
+                into = taken if key[0] == subtree or key[0].startswith(below) else kept
+                found = into.get(key)
+                if found is None:
+                    into[key] = Tally(tally.total)
+                else:
+                    found.total += tally.total
+        if kept:
+            self._counts.append(kept)
+        return [taken] if taken else []
 
     def _group_logs(self) -> None:
         """Group the logs handed over so far into the window's per-path statistics."""
@@ -335,6 +379,7 @@ class Aggregator:
         self._known_lock = threading.Lock()
         self._paths = {}
         self._logs, self._ungrouped = [], 0
+        self._counts = []
 
     def admit(self, path: str) -> str:
         """Return `path` if it is or can be kept apart, else `"other"`.

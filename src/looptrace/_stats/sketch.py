@@ -56,6 +56,10 @@ class QuantileSketch:
             i = end
         self.count += n
 
+    def weighted(self) -> list[tuple[float, int]]:
+        """Return `(value_ns, count)` per filled bucket, each bucket by its reported value."""
+        return [(_VALUE[index], count) for index, count in sorted(self.bins.items())]
+
     def quantile(self, q: float) -> float:
         """Return the q-quantile in nanoseconds (NaN when empty).
 

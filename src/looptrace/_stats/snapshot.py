@@ -8,10 +8,19 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from types import MappingProxyType
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from looptrace._stats.buckets import BOUNDARIES_S
+from looptrace._stats.memory import WindowMemory
+from looptrace._stats.rates import RATE_STATS, Rate, rates_of, sum_counts
+from looptrace._stats.roles import Roles
 from looptrace._stats.spread import SectionSpread
+from looptrace._stats.straggler import Straggler
+from looptrace._stats.tally import Tally
+from looptrace._stats.thresholds import DEFAULTS, thresholds
+
+if TYPE_CHECKING:
+    from looptrace._stats.diagnosis import Finding
 
 # The statistics `as_metrics()` flattens, in this order.
 METRIC_STATS = ("count", "total", "mean", "min", "max", "std", "p50", "p90", "p99", "self_time")
@@ -53,6 +62,10 @@ class StatsSource(Protocol):
         """Return the path's statistics."""
         ...
 
+    def distribution(self) -> list[tuple[float, int]]:
+        """Return the path's durations as `(value_ns, count)` pairs (see the aggregator)."""
+        ...
+
 
 class Snapshot(Mapping[str, SectionStats]):
     """Statistics per section path since the previous `reset()`; a read-only mapping.
@@ -71,19 +84,34 @@ class Snapshot(Mapping[str, SectionStats]):
     that step: the part before the cut is in the closing window, whose range ends with it, and
     the rest in the next window, whose range starts with it; its lap is counted once, in the
     window where it ends. Empty when no lap ran in the window; None when no timer was lapped.
+
+    `roles` says which sections play which role (`configure(roles=..., wait_sections=...)`),
+    `limits` holds the diagnosis's thresholds, and `straggler` the rank the others waited for
+    in a cross-rank window (None otherwise).
+
+    `rates` holds the units timers counted in the window (`Timer.count`), as `Rate`s per
+    path and unit. `memory` is the process's memory at the close (`WindowMemory`) for the
+    windows of every timer (`lt.reset()`, `shutdown()`); None for a timer's own window.
     """
 
     __slots__ = (
+        "_counts",
+        "_kept",
         "_lock",
         "_more",
+        "_rates",
         "_sorted",
         "_stats",
         "across_ranks",
         "end_ns",
+        "limits",
+        "memory",
         "rank",
+        "roles",
         "start_ns",
         "step",
         "steps",
+        "straggler",
         "subtree",
     )
 
@@ -101,6 +129,9 @@ class Snapshot(Mapping[str, SectionStats]):
         steps: range | None = None,
         subtree: str = "root",
         more: Callable[[dict[str, SectionStats | StatsSource]], None] | None = None,
+        keep_distributions: bool = False,
+        counts: Iterable[Mapping[tuple[str, str], Tally]] = (),
+        memory: WindowMemory | None = None,
     ) -> None:
         # `reset()` hands over what it measured as it is: `more` adds to `stats` in place (the
         # timers' logs, grouped by path) before anything is read, a path's statistics are
@@ -110,6 +141,10 @@ class Snapshot(Mapping[str, SectionStats]):
         self._more = more
         self._sorted = False
         self._lock = threading.Lock()  # a path's statistics are computed by one thread, once
+        # With `keep_distributions`, a path's source outlives its statistics until
+        # `release_distributions()`: the exponential histograms read its durations off the
+        # training thread, whoever read the statistics first.
+        self._kept: dict[str, StatsSource] | None = {} if keep_distributions else None
         self.subtree = subtree
         self.start_ns = start_ns
         self.end_ns = end_ns
@@ -119,6 +154,30 @@ class Snapshot(Mapping[str, SectionStats]):
         self.across_ranks: Mapping[str, SectionSpread] | None = (
             None if across_ranks is None else MappingProxyType(dict(sorted(across_ranks.items())))
         )
+        self.roles = Roles()
+        self.limits: Mapping[str, float] = DEFAULTS
+        self.straggler: Straggler | None = None
+        # Units counted by (path, unit), per thread as handed over; summed when first read.
+        self._counts: list[Mapping[tuple[str, str], Tally]] = list(counts)
+        self._rates: Mapping[str, Mapping[str, Rate]] | None = None
+        # The process's memory at the window's close (None: not read, e.g. a file's window).
+        self.memory = memory
+
+    @property
+    def rates(self) -> Mapping[str, Mapping[str, Rate]]:
+        """Return the window's throughput: `{timer path: {unit: Rate}}`, read-only.
+
+        A timer's units are what `Timer.count()` (or `iterate(items=...)`) added in the
+        window, on any thread; a count lands in the window open when it is made. Empty when
+        nothing was counted.
+        """
+        rates = self._rates
+        if rates is None:
+            totals = sum_counts(self._counts)
+            window_s = (self.end_ns - self.start_ns) / 1e9
+            rates = rates_of(totals, self if totals else {}, window_s)
+            self._rates = rates
+        return rates
 
     def _ready(self) -> None:
         """Add what `reset()` handed over ungrouped, once, before anything is read."""
@@ -137,8 +196,31 @@ class Snapshot(Mapping[str, SectionStats]):
         with self._lock:
             value = self._stats[path]
             if not isinstance(value, SectionStats):
+                if self._kept is not None:
+                    self._kept[path] = value
                 value = self._stats[path] = value.stats()
         return value
+
+    def distribution(self, path: str) -> list[tuple[float, int]] | None:
+        """Return the durations of `path` in nanoseconds as `(value, count)` pairs.
+
+        Exact up to 1,023 intervals of the path in the window, its sketch's buckets (within
+        1 %) beyond. None when they are not kept: statistics made elsewhere (a file, a
+        test), or read before and not kept (see `keep_distributions`).
+        """
+        self._ready()
+        with self._lock:
+            value = self._stats.get(path)
+            if isinstance(value, SectionStats):
+                value = None if self._kept is None else self._kept.get(path)
+            return None if value is None else value.distribution()
+
+    def release_distributions(self) -> None:
+        """Stop keeping the paths' durations once their statistics are read."""
+        with self._lock:
+            if self._kept is not None:
+                self._kept.clear()  # shared with copies (`with_spreads`)
+                self._kept = None
 
     def __contains__(self, path: object) -> bool:
         self._ready()
@@ -163,17 +245,25 @@ class Snapshot(Mapping[str, SectionStats]):
         """Return `{path: {stat: value}}` as plain data.
 
         With cross-rank data, one more key, `"across_ranks"`, holds
-        `{path: {"ranks": n, "absent": [...], stat: {min, max, mean, slowest_rank}}}`.
+        `{path: {"ranks": n, "absent": [...], stat: {min, max, mean, slowest_rank}}}`; with
+        units counted, `"rates"` holds `{path: {unit: {total, per_s, per_lap_s, per_lap}}}`.
         """
         data: dict[str, dict[str, Any]] = {path: stats.to_dict() for path, stats in self.items()}
         if self.across_ranks is not None:
             data["across_ranks"] = {
                 path: spread.to_dict() for path, spread in self.across_ranks.items()
             }
+        if self.rates:
+            data["rates"] = rates_dict(self.rates)
         return data
 
     def as_metrics(
-        self, prefix: str = "timing", stats: Iterable[str] = METRIC_STATS, sep: str = "."
+        self,
+        prefix: str = "timing",
+        stats: Iterable[str] = METRIC_STATS,
+        sep: str = ".",
+        *,
+        memory: bool = False,
     ) -> dict[str, float]:
         """Return flat `{prefix}.{path}.{stat}` metrics for an experiment logger.
 
@@ -186,7 +276,11 @@ class Snapshot(Mapping[str, SectionStats]):
         `{prefix}.{path}.ranks` and `{prefix}.{path}.{stat}.min_rank`, `.max_rank`,
         `.mean_rank` and `.slowest_rank` for each chosen statistic of `SPREAD_STATS`.
         Statistics that are undefined for a window (NaN) are left out, since most loggers
-        reject them.
+        reject them. Every unit a timer counted (`Snapshot.rates`) adds `{prefix}.{path}.{unit}`
+        (the total) and `.{unit}_per_s`, `.{unit}_per_lap_s`, `.{unit}_per_lap`
+        (`timing.root.train.tokens_per_s`). With `memory=True` the window's measured memory
+        figures (`Snapshot.memory`) are added as `{prefix}.memory.{figure}`
+        (`timing.memory.device_peak_allocated_bytes`).
 
         Raises:
             ValueError: a statistic that is not one of `METRIC_STATS`, or a `sep` that is empty
@@ -210,14 +304,67 @@ class Snapshot(Mapping[str, SectionStats]):
                     parts = key[1:].split(".")
                     if parts[0] == "ranks" or parts[0] in chosen:
                         flat[sep.join((name, *parts))] = value
+        flat.update(rate_metrics(self.rates, head, sep, levels))
+        if memory and self.memory is not None:
+            for key, value in self.memory.metrics().items():
+                flat[f"{head}memory{sep}{key}"] = value
         return flat
 
-    def with_spreads(self, across_ranks: Mapping[str, SectionSpread]) -> Snapshot:
+    def with_spreads(
+        self, across_ranks: Mapping[str, SectionSpread], straggler: Straggler | None = None
+    ) -> Snapshot:
         """Return a copy of this snapshot that carries cross-rank data."""
         self._ready()  # the copy shares the statistics
         reduced = copy.copy(self)
         reduced.across_ranks = MappingProxyType(dict(sorted(across_ranks.items())))
+        reduced.straggler = straggler
         return reduced
+
+    def diagnosis(self, **overrides: float) -> list[Finding]:
+        """Return what is slow and why, most severe first (see `looptrace._stats.diagnosis`).
+
+        Each finding has a `kind`, a `severity` (`"critical"`, `"warning"`, `"info"`), the
+        `path` and `rank` concerned (or None), a one-line `message` with the numbers, an
+        `action` to try and its `evidence`. A check whose input the window lacks abstains
+        with an `info` finding saying what is missing; a healthy window has no warning.
+        `overrides` replace thresholds by name (`input_bound_warning=0.05`).
+
+        Raises:
+            ValueError: an unknown threshold, or a value it cannot take.
+
+        """
+        from looptrace._stats.diagnosis import diagnose  # noqa: PLC0415 - read on demand
+
+        limits = thresholds({**self.limits, **overrides}) if overrides else self.limits
+        return diagnose(self, self.roles, limits)
+
+
+def rate_metric_names(unit: str) -> tuple[str, ...]:
+    """Return the metric names of a unit's `RATE_STATS`: `tokens`, `tokens_per_s`, ..."""
+    return (unit, f"{unit}_per_s", f"{unit}_per_lap_s", f"{unit}_per_lap")
+
+
+def rate_metrics(
+    rates: Mapping[str, Mapping[str, Rate]], head: str, sep: str, levels: Callable[[str], str]
+) -> dict[str, float]:
+    """Return the flat metrics of `rates` as `as_metrics()` names them (NaN left out)."""
+    flat: dict[str, float] = {}
+    for path, units in rates.items():
+        name = f"{head}{levels(path)}"
+        for unit, rate in units.items():
+            for stat, metric in zip(RATE_STATS, rate_metric_names(levels(unit)), strict=True):
+                figure = getattr(rate, stat)
+                if not math.isnan(figure):
+                    flat[f"{name}{sep}{metric}"] = figure
+    return flat
+
+
+def rates_dict(rates: Mapping[str, Mapping[str, Rate]]) -> dict[str, dict[str, Any]]:
+    """Return `{path: {unit: {total, per_s, per_lap_s, per_lap}}}` as plain data."""
+    return {
+        path: {unit: rate.to_dict() for unit, rate in units.items()}
+        for path, units in rates.items()
+    }
 
 
 def _chosen(stats: Iterable[str]) -> tuple[str, ...]:

@@ -19,7 +19,9 @@ class RankSpread:
     """One statistic of one section path over the ranks that ran the section.
 
     Ranks that did not run the section in the window are left out, not counted as zero; a
-    statistic no rank has a value for is NaN with `slowest_rank` None.
+    statistic no rank has a value for is NaN with `slowest_rank` None. `slowest_rank` answers
+    "which rank has the most of this path", which for a section where ranks wait for each
+    other is the rank that waits; the rank the others wait for is `Snapshot.straggler`.
 
     Attributes:
         min: the lowest value of any rank.
@@ -27,6 +29,7 @@ class RankSpread:
         mean: the mean over the ranks that ran the section.
         slowest_rank: the rank holding `max` (the lowest such rank on a tie), in
             `torch.distributed`'s default group (`RANK` under torchrun).
+        fastest_rank: the rank holding `min` (the lowest such rank on a tie).
 
     """
 
@@ -34,6 +37,7 @@ class RankSpread:
     max: float
     mean: float
     slowest_rank: int | None
+    fastest_rank: int | None = None
 
     def to_dict(self) -> dict[str, float | int | None]:
         """Return the spread as a plain dict."""
@@ -42,14 +46,20 @@ class RankSpread:
             "max": self.max,
             "mean": self.mean,
             "slowest_rank": self.slowest_rank,
+            "fastest_rank": self.fastest_rank,
         }
 
     def metrics(self, name: str) -> dict[str, float]:
-        """Return `{name}.min_rank`, `.max_rank`, `.mean_rank`, `.slowest_rank`, less NaNs."""
+        """Return `{name}.min_rank`, `.max_rank`, `.mean_rank`, `.slowest_rank`, `.fastest_rank`.
+
+        NaN values and absent ranks are left out.
+        """
         values = (("min_rank", self.min), ("max_rank", self.max), ("mean_rank", self.mean))
         flat = {f"{name}.{suffix}": value for suffix, value in values if not math.isnan(value)}
         if self.slowest_rank is not None:
             flat[f"{name}.slowest_rank"] = float(self.slowest_rank)
+        if self.fastest_rank is not None:
+            flat[f"{name}.fastest_rank"] = float(self.fastest_rank)
         return flat
 
 
@@ -74,7 +84,7 @@ class SectionSpread:
     self_time: RankSpread
 
     def to_dict(self) -> dict[str, object]:
-        """Return `{"ranks": n, "absent": [...], stat: {min, max, mean, slowest_rank}}`."""
+        """Return `{"ranks": n, "absent": [...], stat: {min, max, mean, slowest/fastest_rank}}`."""
         data: dict[str, object] = {"ranks": self.ranks, "absent": list(self.absent)}
         for name in SPREAD_STATS:
             spread: RankSpread = getattr(self, name)

@@ -6,6 +6,8 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
+from looptrace._stats.snapshot import path_levels
+
 if TYPE_CHECKING:
     from looptrace._looptrace import Looptrace
     from looptrace._stats.snapshot import SectionStats
@@ -24,13 +26,15 @@ def flat_metrics(
     """Return `{prefix}{sep}{path}{sep}{stat}` per path and chosen statistic, NaN left out.
 
     The dots of each path become `sep` too, so `sep="/"` gives `timing/root/train/forward/mean`,
-    which W&B, TensorBoard and Lightning loggers group by.
+    which W&B, TensorBoard and Lightning loggers group by; `%` and `sep` inside a section name
+    are percent-encoded as `Snapshot.as_metrics` does, so distinct paths keep distinct keys.
     """
     names = tuple(stats_names)
+    levels = path_levels(sep)
     head = f"{prefix}{sep}" if prefix else ""
     flat: dict[str, float] = {}
     for path, entry in stats.items():
-        key = head + path.replace(".", sep)
+        key = head + levels(path)
         for name in names:
             value = float(getattr(entry, name))
             if not math.isnan(value):

@@ -1,0 +1,352 @@
+"""What `looptrace report` shows, computed from span, snapshot and metrics files of any ranks.
+
+Statistics come from snapshot (or flat metrics) windows when there are any, since they count
+every lap; span files add the laps of traced steps (the step timeline) and each traced step's
+spans across ranks (its waterfall).
+"""
+
+from __future__ import annotations
+
+import glob
+import math
+import statistics
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from looptrace._offline.reader import (
+    METRICS,
+    SNAPSHOTS,
+    SPANS,
+    InputError,
+    JsonLinesFile,
+    Warn,
+    Window,
+    load_windows,
+)
+from looptrace._offline.summary import Summary, summarize_spans, summarize_windows
+from looptrace._offline.table import tree_paths
+from looptrace._stats.attributes import SLOW_LAP
+from looptrace._stats.snapshot import SectionStats
+
+if TYPE_CHECKING:
+    from looptrace._offline.span_records import SpanRecord
+
+OTHER = "other"
+TOP_SECTIONS = 7  # sections with a colour of their own in the shares; the rest is "other"
+MAX_WATERFALLS = 300  # traced steps whose waterfall the page carries
+MAX_WATERFALL_RANKS = 16  # ranks of one waterfall (the slowest in that step)
+MAX_HEATMAP_RANKS = 64
+MAX_SHARE_GROUPS = 60  # bars of the per-window shares built from spans
+
+
+@dataclass(frozen=True, slots=True)
+class Lap:
+    """One lap of the timer on one rank, from its span."""
+
+    step: int
+    rank: int
+    seconds: float
+    slow: float | None  # `looptrace.slow_lap`: the lap was traced for its slowness
+    occasional: str  # a section this lap ran that most laps do not (eval, checkpoint), or ""
+
+
+@dataclass
+class ReportData:
+    """Everything the page shows; durations in seconds."""
+
+    files: list[str]
+    description: str
+    timer: str
+    stats: dict[str, SectionStats]
+    per_rank: dict[int, dict[str, SectionStats]]
+    estimated: bool
+    windows: int
+    laps: dict[int, list[Lap]]  # per rank, by step (empty without span files)
+    window_means: dict[int, list[tuple[int, float]]]  # per rank (step, mean lap) of windows
+    shares: list[tuple[str, dict[str, float]]]  # per window label: section -> share of the lap
+    top: list[str]  # the sections of the shares, largest first
+    waterfalls: dict[int, list[SpanRecord]] = field(default_factory=dict)
+    waterfall_note: str = ""
+    wall_s: float = math.nan
+
+    @property
+    def ranks(self) -> list[int]:
+        """Return the ranks seen in any file."""
+        return sorted(set(self.per_rank) | set(self.laps))
+
+    @property
+    def steps(self) -> int:
+        """Return the number of laps of the timer on the rank with the most."""
+        counts = [s[self.timer].count for s in self.per_rank.values() if self.timer in s]
+        return max(counts, default=0)
+
+
+def expand_inputs(names: Sequence[str], warn: Warn) -> list[str]:
+    """Return the files named: globs expanded, directories replaced by their `*.jsonl` files."""
+    found: list[str] = []
+    for name in names:
+        path = Path(name)
+        if path.is_dir():
+            inside = sorted(str(p) for p in path.rglob("*.jsonl") if p.is_file())
+            if not inside:
+                warn(f"{name}: a directory with no .jsonl files; skipped")
+            found += inside
+        elif not path.exists() and glob.has_magic(name):
+            matches = sorted(glob.glob(name, recursive=True))
+            if not matches:
+                warn(f"{name}: no file matches; skipped")
+            found += [m for m in matches if Path(m).is_file()]
+        else:
+            found.append(name)
+    return list(dict.fromkeys(found))
+
+
+def load_report(names: Sequence[str], warn: Warn) -> ReportData:
+    """Read every input file of any kind and compute what the page shows.
+
+    A file that cannot be read at all is skipped with a warning; a page needs one that can.
+    """
+    files = expand_inputs(names, warn)
+    by_kind: dict[str, list[JsonLinesFile]] = defaultdict(list)
+    for name in files:
+        try:
+            file = JsonLinesFile(name, warn)
+        except InputError as error:
+            warn(f"{error}; skipped")
+            continue
+        if file.kind is None:
+            warn(f"{name}: empty; skipped")
+            continue
+        by_kind[file.kind].append(file)
+    spans: list[SpanRecord] = []
+    if by_kind[SPANS]:
+        try:
+            from looptrace._offline.span_records import load_spans  # noqa: PLC0415
+        except ImportError:
+            raise InputError(
+                "span files need the OTLP protocol classes: pip install 'looptrace[files]'"
+            ) from None
+        spans = load_spans(by_kind[SPANS], warn)
+    kind = SNAPSHOTS if by_kind[SNAPSHOTS] else METRICS
+    if by_kind[SNAPSHOTS] and by_kind[METRICS]:
+        ignored = ", ".join(f.name for f in by_kind[METRICS])
+        warn(f"{ignored}: metrics files ignored; the snapshot files hold the same windows")
+    windows = [w for w in load_windows(kind, by_kind[kind], warn) if w.subtree == "root"]
+    if not spans and not windows:
+        raise InputError(f"no readable records in {', '.join(names)}")
+    summary = summarize_windows(windows) if windows else summarize_spans(spans)
+    return _compute([*files], summary, windows, spans, has_windows=bool(windows))
+
+
+def main_timer(stats: dict[str, SectionStats]) -> str:
+    """Return the outermost timer with the most laps (ties: the larger total)."""
+    outermost = [path for path, _, depth in tree_paths(stats) if depth == 0]
+    return max(outermost, key=lambda p: (stats[p].count, _finite(stats[p].total)))
+
+
+def children_of(stats: dict[str, SectionStats], timer: str) -> list[str]:
+    """Return the direct child sections of `timer`, largest total first."""
+    return [path for path, parent, _ in tree_paths(stats) if parent == timer]
+
+
+def _compute(
+    files: list[str],
+    summary: Summary,
+    windows: list[Window],
+    spans: list[SpanRecord],
+    *,
+    has_windows: bool,
+) -> ReportData:
+    stats = summary.combined
+    timer = main_timer(stats)
+    top = children_of(stats, timer)[:TOP_SECTIONS]
+    laps = _laps(spans, timer)
+    description = summary.description
+    if has_windows and spans:
+        description += f"; {len(spans)} spans of {len({s.step for s in spans})} traced steps"
+    data = ReportData(
+        files=files,
+        description=description,
+        timer=timer,
+        stats=stats,
+        per_rank=summary.per_rank,
+        estimated=summary.estimated,
+        windows=len(windows),
+        laps=laps,
+        window_means=_window_means(windows, timer),
+        shares=_window_shares(windows, timer, top) if windows else _span_shares(spans, timer, top),
+        top=top,
+    )
+    data.waterfalls, data.waterfall_note = _waterfalls(spans, laps)
+    data.wall_s = _wall(spans, summary, timer)
+    return data
+
+
+def _finite(value: float) -> float:
+    return -math.inf if math.isnan(value) else value
+
+
+def _laps(spans: Sequence[SpanRecord], timer: str) -> dict[int, list[Lap]]:
+    """Return the laps of `timer` per rank, each marked slow or occasional."""
+    children: dict[tuple[int, int], set[str]] = defaultdict(set)
+    prefix = timer + "."
+    for span in spans:
+        if span.step is not None and span.path.startswith(prefix):
+            children[span.rank, span.step].add(span.path[len(prefix) :].split(".")[0])
+    seen = Counter(name for names in children.values() for name in names)
+    common = {name for name, n in seen.items() if n > len(children) / 2}
+    laps: dict[int, list[Lap]] = defaultdict(list)
+    for span in spans:
+        if span.path != timer or span.step is None:
+            continue
+        slow = span.attributes.get(SLOW_LAP)
+        rare = sorted(children[span.rank, span.step] - common)
+        laps[span.rank].append(
+            Lap(
+                step=span.step,
+                rank=span.rank,
+                seconds=span.duration_ns / 1e9,
+                slow=float(slow) if isinstance(slow, int | float) else None,
+                occasional=", ".join(rare),
+            )
+        )
+    return {rank: sorted(found, key=lambda lap: lap.step) for rank, found in sorted(laps.items())}
+
+
+def _window_means(windows: Sequence[Window], timer: str) -> dict[int, list[tuple[int, float]]]:
+    means: dict[int, list[tuple[int, float]]] = defaultdict(list)
+    for index, window in enumerate(windows):
+        stats = window.stats.get(timer)
+        if stats is not None and stats.count and not math.isnan(stats.mean):
+            means[window.rank].append((index if window.step is None else window.step, stats.mean))
+    return {rank: sorted(points) for rank, points in sorted(means.items())}
+
+
+def _shares(sums: dict[str, float], timer: str, top: Sequence[str]) -> dict[str, float]:
+    whole = sums.get(timer, 0.0)
+    if whole <= 0:
+        return {}
+    shares = {name: sums.get(name, 0.0) / whole for name in top}
+    shares[OTHER] = max(0.0, 1.0 - sum(shares.values()))
+    return shares
+
+
+def _window_shares(
+    windows: Sequence[Window], timer: str, top: Sequence[str]
+) -> list[tuple[str, dict[str, float]]]:
+    """Return each window's share of the lap per top section, summed over ranks."""
+    groups: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for index, window in enumerate(windows):
+        key = index if window.step is None else window.step
+        for path in (timer, *top):
+            stats = window.stats.get(path)
+            if stats is not None and not math.isnan(stats.total):
+                groups[key][path] += stats.total
+    return [
+        (f"window at step {key}", _shares(sums, timer, top)) for key, sums in sorted(groups.items())
+    ]
+
+
+def _span_shares(
+    spans: Sequence[SpanRecord], timer: str, top: Sequence[str]
+) -> list[tuple[str, dict[str, float]]]:
+    """Without windows: the shares of groups of consecutive traced steps."""
+    wanted = {timer, *top}
+    per_step: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for span in spans:
+        if span.step is not None and span.path in wanted:
+            per_step[span.step][span.path] += span.duration_ns / 1e9
+    steps = sorted(per_step)
+    if not steps:
+        return []
+    size = math.ceil(len(steps) / MAX_SHARE_GROUPS)
+    result = []
+    for start in range(0, len(steps), size):
+        group = steps[start : start + size]
+        sums: dict[str, float] = defaultdict(float)
+        for step in group:
+            for path, seconds in per_step[step].items():
+                sums[path] += seconds
+        result.append((f"steps {group[0]}-{group[-1]}", _shares(sums, timer, top)))
+    return result
+
+
+def _waterfalls(
+    spans: Sequence[SpanRecord], laps: dict[int, list[Lap]]
+) -> tuple[dict[int, list[SpanRecord]], str]:
+    """Return the spans of the traced steps the page carries a waterfall of, and a note."""
+    by_step: dict[int, list[SpanRecord]] = defaultdict(list)
+    for span in spans:
+        if span.step is not None:
+            by_step[span.step].append(span)
+    if not by_step:
+        return {}, ""
+    keep = _chosen_steps(sorted(by_step), laps)
+    notes = []
+    if len(keep) < len(by_step):
+        notes.append(
+            f"waterfalls of {len(keep)} of {len(by_step)} traced steps: the slow, occasional "
+            "and slowest laps, and evenly spaced others"
+        )
+    chosen: dict[int, list[SpanRecord]] = {}
+    cut = False
+    for step in sorted(keep):
+        group = by_step[step]
+        ranks = {span.rank for span in group}
+        if len(ranks) > MAX_WATERFALL_RANKS:
+            cut = True
+            lap_of = {lap.rank: lap.seconds for lap in _laps_of_step(laps, step)}
+            slowest = sorted(ranks, key=lambda r: -lap_of.get(r, 0.0))[:MAX_WATERFALL_RANKS]
+            group = [span for span in group if span.rank in set(slowest)]
+        chosen[step] = group
+    if cut:
+        notes.append(f"each waterfall shows the {MAX_WATERFALL_RANKS} ranks slowest in that step")
+    return chosen, "; ".join(notes)
+
+
+def _laps_of_step(laps: dict[int, list[Lap]], step: int) -> list[Lap]:
+    return [lap for rank_laps in laps.values() for lap in rank_laps if lap.step == step]
+
+
+def _chosen_steps(steps: list[int], laps: dict[int, list[Lap]]) -> set[int]:
+    if len(steps) <= MAX_WATERFALLS:
+        return set(steps)
+    worst: dict[int, float] = defaultdict(float)
+    marked: set[int] = set()
+    for rank_laps in laps.values():
+        for lap in rank_laps:
+            worst[lap.step] = max(worst[lap.step], lap.seconds)
+            if lap.slow is not None or lap.occasional:
+                marked.add(lap.step)
+    keep = set(sorted(marked, key=lambda s: -worst[s])[: MAX_WATERFALLS // 3])
+    keep |= set(sorted(worst, key=lambda s: -worst[s])[: MAX_WATERFALLS // 3])
+    stride = max(1, len(steps) // (MAX_WATERFALLS - len(keep)))
+    keep |= set(steps[::stride][: MAX_WATERFALLS - len(keep)])
+    return keep
+
+
+def _wall(spans: Sequence[SpanRecord], summary: Summary, timer: str) -> float:
+    """Return the run's wall time: first span start to last end, else the longest rank's laps."""
+    if spans:
+        return (max(s.end_ns for s in spans) - min(s.start_ns for s in spans)) / 1e9
+    totals = [s[timer].total for s in summary.per_rank.values() if timer in s]
+    return max((t for t in totals if not math.isnan(t)), default=math.nan)
+
+
+def excess_over_median(data: ReportData, sections: Sequence[str]) -> dict[int, dict[str, float]]:
+    """Return per rank and section the mean time per lap minus the median rank's."""
+    per_lap: dict[str, dict[int, float]] = defaultdict(dict)
+    for rank, stats in data.per_rank.items():
+        laps = stats[data.timer].count if data.timer in stats else 0
+        for path in sections:
+            if laps and path in stats and not math.isnan(stats[path].total):
+                per_lap[path][rank] = stats[path].total / laps
+    excess: dict[int, dict[str, float]] = defaultdict(dict)
+    for path, values in per_lap.items():
+        middle = statistics.median(values.values())
+        for rank, value in values.items():
+            excess[rank][path] = value - middle
+    return dict(excess)

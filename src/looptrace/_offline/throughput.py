@@ -1,0 +1,90 @@
+"""The throughput and memory lines of `looptrace summary`, from snapshot files' windows."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+
+from looptrace._offline.reader import Window
+
+_DEVICE_PEAKS = ("device_peak_allocated", "device_peak_reserved")
+_DEVICE_COUNTS = (("device_alloc_retries", "allocator retries"), ("device_ooms", "OOMs"))
+
+
+def throughput_lines(windows: Sequence[Window]) -> list[str]:
+    """Return one line per (timer path, unit) counted: total, job rate, rate in lap time.
+
+    A rank's rate is its units over its windows' wall time (lap time); the job's is the sum
+    of its ranks' rates. Windows of `timer.reset()` and `lt.reset()` both count.
+    """
+    totals: dict[tuple[str, str], dict[int, float]] = defaultdict(lambda: defaultdict(float))
+    seconds: dict[tuple[str, str], dict[int, float]] = defaultdict(lambda: defaultdict(float))
+    lap_s: dict[tuple[str, str], dict[int, float]] = defaultdict(lambda: defaultdict(float))
+    for window in windows:
+        for key, n in (window.counted or {}).items():
+            totals[key][window.rank] += n
+            seconds[key][window.rank] += window.seconds
+            stats = window.stats.get(key[0])
+            if stats is not None:
+                lap_s[key][window.rank] += stats.total
+    lines = []
+    for key in sorted(totals):
+        path, unit = key
+        total = sum(totals[key].values())
+        per_s = _job_rate(totals[key], seconds[key])
+        per_lap_s = _job_rate(totals[key], lap_s[key])
+        lines.append(
+            f"throughput {path} {unit}: {_number(total)} in all, {_number(per_s)}/s of wall "
+            f"time, {_number(per_lap_s)}/s of lap time"
+            + (f" (sum of {len(totals[key])} ranks)" if len(totals[key]) > 1 else "")
+        )
+    return lines
+
+
+def memory_line(windows: Sequence[Window]) -> str | None:
+    """Return the highest memory figures over the windows (any rank).
+
+    None unless a window has device figures: the host's alone are in the snapshot file.
+    """
+    worst: dict[str, int] = {}
+    summed: dict[str, int] = defaultdict(int)
+    for window in windows:
+        for key, value in (window.memory or {}).items():
+            worst[key] = max(worst.get(key, 0), value)
+            summed[key] += value
+    if not any(key.startswith("device_") for key in worst):
+        return None
+    parts = []
+    if "host_peak_rss" in worst:
+        parts.append(f"host peak resident {_bytes(worst['host_peak_rss'])}")
+    for key in _DEVICE_PEAKS:
+        if key in worst:
+            parts.append(f"{key.replace('_', ' ')} {_bytes(worst[key])}")
+    for key, name in _DEVICE_COUNTS:
+        if key in summed:
+            parts.append(f"{name} {summed[key]}")
+    return "memory: " + ", ".join(parts) if parts else None
+
+
+def _job_rate(totals: dict[int, float], seconds: dict[int, float]) -> float:
+    """Return the sum over ranks of each rank's units per second (NaN: no time at all)."""
+    rates = [n / seconds[rank] for rank, n in totals.items() if seconds.get(rank, 0.0) > 0]
+    return sum(rates) if rates else float("nan")
+
+
+def _number(value: float) -> str:
+    """Return a count or rate with thousands separators and at most one decimal."""
+    if math.isnan(value):
+        return "-"
+    return f"{value:,.0f}" if value >= 100 or value == int(value) else f"{value:,.1f}"
+
+
+def _bytes(n: int) -> str:
+    """Return a size in binary units (`1.5 GiB`)."""
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GiB"

@@ -1,0 +1,157 @@
+"""Memory per window: the host process's resident memory, and the CUDA allocator's peaks."""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import weakref
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class WindowMemory:
+    """The process's memory when a window closed; every size is in bytes.
+
+    `host_rss` is the process's resident memory at the close and `host_peak_rss` the most it
+    has held since it started (None where the platform does not say). The `device_` figures
+    come from `torch.cuda.memory_stats()` of the current device, when torch has initialised
+    CUDA in this process (else None): `device_peak_allocated` and `device_peak_reserved` are
+    the most the allocator held during the window (None when looptrace does not own the peak
+    reset: see `configure(device_memory=...)`), `device_alloc_retries` and `device_ooms` the
+    allocator's retries after freeing its cache and its out-of-memory errors in the window.
+    """
+
+    host_rss: int | None
+    host_peak_rss: int | None
+    device_peak_allocated: int | None = None
+    device_peak_reserved: int | None = None
+    device_alloc_retries: int | None = None
+    device_ooms: int | None = None
+
+    def to_dict(self) -> dict[str, int | None]:
+        """Return the figures as a plain dict (None where not measured)."""
+        return asdict(self)
+
+    def metrics(self) -> dict[str, float]:
+        """Return the measured figures as `{name: value}`, sizes named `..._bytes`."""
+        flat: dict[str, float] = {}
+        for key, value in self.to_dict().items():
+            if value is not None and not math.isnan(value):
+                name = key if key in {"device_alloc_retries", "device_ooms"} else f"{key}_bytes"
+                flat[name] = float(value)
+        return flat
+
+
+# The reader that owns the CUDA peak reset (`MemoryReader.owns_peak`): one per process, held
+# weakly, so a reader dropped without `shutdown()` leaves it to the next.
+_peak_owner: list[weakref.ref[MemoryReader]] = []
+
+
+class MemoryReader:
+    """Reads the process's memory at each window's close, with no device synchronisation.
+
+    Resetting the CUDA allocator's peak is process-wide: with `device_memory=None` (the
+    default) a reader resets it only when no other reader in the process does (the first
+    `configure()` that asks owns it until its `shutdown()`); `True` takes it even so; `False`
+    reads no device figure at all. A reader that does not own the reset reports retries and
+    OOMs, not peaks. The first window's retries and OOMs are those since the process began.
+    """
+
+    def __init__(self, device_memory: bool | None = None) -> None:
+        self._device = device_memory is not False
+        self.owns_peak = False
+        if self._device and (device_memory is True or _owner() is None):
+            _peak_owner[:] = [weakref.ref(self)]
+            self.owns_peak = True
+        self._retries = self._ooms = 0  # the allocator's counts at the previous close
+
+    def release(self) -> None:
+        """Give up the CUDA peak reset (at `shutdown()`), for a later reader to own."""
+        if _owner() is self:
+            _peak_owner.clear()
+        self.owns_peak = False
+
+    def read(self) -> WindowMemory:
+        """Return the memory of the window closing now; start the next window's peak.
+
+        A reader whose ownership another took (`device_memory=True`) stops resetting.
+        """
+        if self.owns_peak and _owner() is not self:
+            self.owns_peak = False
+        rss, peak = host_memory()
+        device = self._cuda() if self._device else None
+        if device is None:
+            return WindowMemory(rss, peak)
+        stats, reset = device
+        try:
+            current = stats()
+            retries = int(current.get("num_alloc_retries", 0))
+            ooms = int(current.get("num_ooms", 0))
+            allocated = reserved = None
+            if self.owns_peak:
+                allocated = int(current.get("allocated_bytes.all.peak", 0))
+                reserved = int(current.get("reserved_bytes.all.peak", 0))
+                reset()
+        except Exception:  # a device that cannot answer: host figures only
+            return WindowMemory(rss, peak)
+        window = WindowMemory(
+            rss,
+            peak,
+            device_peak_allocated=allocated,
+            device_peak_reserved=reserved,
+            device_alloc_retries=max(retries - self._retries, 0),
+            device_ooms=max(ooms - self._ooms, 0),
+        )
+        self._retries, self._ooms = retries, ooms
+        return window
+
+    def _cuda(self) -> tuple[Callable[[], Mapping[str, Any]], Callable[[], None]] | None:
+        """Return torch's memory statistics and peak reset, None unless CUDA is initialised.
+
+        torch is never imported here: only a process that imported it can have used CUDA.
+        """
+        torch = sys.modules.get("torch")
+        if torch is None:
+            return None
+        try:
+            if not torch.cuda.is_initialized():
+                return None
+        except Exception:
+            return None
+        return torch.cuda.memory_stats, torch.cuda.reset_peak_memory_stats
+
+
+def _owner() -> MemoryReader | None:
+    """Return the live reader that owns the CUDA peak reset, None if none does."""
+    return _peak_owner[0]() if _peak_owner else None
+
+
+def host_memory() -> tuple[int | None, int | None]:
+    """Return the process's resident memory now and its peak, in bytes (None: unknown)."""
+    rss: int | None = None
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            rss = int(statm.read().split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        rss = None
+    try:
+        import resource  # noqa: PLC0415 - not on Windows
+
+        peak_units = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    except (ImportError, OSError):
+        return rss, None
+    peak = peak_units if sys.platform == "darwin" else peak_units * 1024  # macOS: bytes
+    return rss, max(peak, rss or 0)
+
+
+def _page_size() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return 4096
+
+
+_PAGE = _page_size()

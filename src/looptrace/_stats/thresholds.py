@@ -1,0 +1,73 @@
+"""The diagnosis's thresholds: one table, each settable, rendered in the docs as it stands here."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+
+@dataclass(frozen=True, slots=True)
+class Threshold:
+    """One threshold: its name, default value and what crossing it means."""
+
+    name: str
+    default: float
+    meaning: str
+
+
+_OTHER = "share of the window's wall time in other timers, evaluation and checkpoints"
+_EXCESS = "the straggler's excess, of the typical rank's lap time outside wait sections"
+TABLE = (
+    Threshold("input_bound_warning", 0.10, "share of the typical rank's lap spent in `data`"),
+    Threshold("input_bound_critical", 0.20, "share of the typical rank's lap spent in `data`"),
+    Threshold("outside_laps_warning", 0.10, _OTHER),
+    Threshold("outside_laps_critical", 0.30, _OTHER),
+    Threshold("self_time_warning", 0.10, "share of the lap in no section (its self time)"),
+    Threshold("self_time_critical", 0.25, "share of the lap in no section (its self time)"),
+    Threshold("straggler_warning", 0.10, _EXCESS),
+    Threshold("straggler_critical", 0.25, _EXCESS),
+    Threshold("straggler_cause", 0.80, "share of the excess one section must explain"),
+    Threshold("chronic_count", 6, "windows named straggler, of the last `chronic_windows`"),
+    Threshold("chronic_windows", 10, "windows a rank's straggler count looks back over"),
+    Threshold("slow_step_factor", 3.0, "a step slower than this many times the median is slow"),
+    Threshold("slow_steps_warning", 0.05, "share of the steps that are slow"),
+)
+DEFAULTS: Mapping[str, float] = MappingProxyType({t.name: t.default for t in TABLE})
+_WHOLE = ("chronic_count", "chronic_windows")
+
+
+def thresholds(overrides: Mapping[str, float] | None = None) -> Mapping[str, float]:
+    """Return the thresholds, `overrides` replacing defaults by name.
+
+    Raises:
+        ValueError: an unknown name, a value that is not a positive finite number (a whole
+            number for the chronic-straggler counts), or a warning above its critical level.
+
+    """
+    chosen = dict(DEFAULTS)
+    for name, value in (overrides or {}).items():
+        if name not in DEFAULTS:
+            raise ValueError(
+                f"thresholds: unknown name {name!r}; choose from {', '.join(DEFAULTS)}"
+            )
+        number = (
+            float(value) if isinstance(value, int | float) and not isinstance(value, bool) else -1
+        )
+        if not (math.isfinite(number) and number > 0) or (name in _WHOLE and number != int(number)):
+            raise ValueError(f"thresholds: {name}={value!r} must be a positive number")
+        chosen[name] = number
+    for kind in ("input_bound", "outside_laps", "self_time", "straggler"):
+        if chosen[f"{kind}_warning"] > chosen[f"{kind}_critical"]:
+            raise ValueError(f"thresholds: {kind}_warning is above {kind}_critical")
+    if chosen["chronic_count"] > chosen["chronic_windows"]:
+        raise ValueError("thresholds: chronic_count is above chronic_windows")
+    return MappingProxyType(chosen)
+
+
+def markdown_table() -> str:
+    """Return the thresholds as a Markdown table (name, default, what it measures)."""
+    rows = ["| threshold | default | compared with |", "|---|---|---|"]
+    rows += [f"| `{t.name}` | {t.default:g} | {t.meaning} |" for t in TABLE]
+    return "\n".join(rows)
