@@ -130,6 +130,9 @@ calls = st.lists(
         ),
         # `number` steps of a loop: the calls the in-place paths serve, from the second step on.
         st.tuples(st.just("loop"), st.sampled_from(TIMERS), st.none(), st.integers(1, 3)),
+        # `number` rounds of sections alone, as request handling does: on a timer never
+        # lapped, each is a step of its own (the in-place paths serve them from the second).
+        st.tuples(st.just("sections"), st.sampled_from(TIMERS), st.none(), st.integers(1, 3)),
         st.tuples(st.just("advance"), st.none(), st.none(), st.integers(1, 5000)),
         st.tuples(st.just("reset"), st.none(), st.none(), st.none()),
         st.tuples(st.just("timer-reset"), st.sampled_from(TIMERS), st.none(), st.none()),
@@ -193,6 +196,8 @@ def _run(  # noqa: PLR0912 - a branch per public call
                     break
         elif op == "loop":
             _loop(timer(path), clock, number)
+        elif op == "sections":
+            _sections(timer(path), clock, number)
         elif op == "advance":
             clock.advance(number / 1e6)
         elif op == "reset":
@@ -221,6 +226,15 @@ def _loop(owner: Any, clock: Any, steps: int) -> None:
         owner.record()
 
 
+def _sections(owner: Any, clock: Any, rounds: int) -> None:
+    """Enter and leave two sections of `owner` `rounds` times, never lapping it."""
+    for _ in range(rounds):
+        with owner.section("data"):
+            clock.advance(0.001)
+        with owner.section("forward"):
+            clock.advance(0.002)
+
+
 @settings(max_examples=200, deadline=None)
 @given(calls, st.sampled_from((0, 1, 2)))
 def test_every_call_sequence_gives_the_same_result_in_place_and_not(
@@ -228,8 +242,9 @@ def test_every_call_sequence_gives_the_same_result_in_place_and_not(
 ) -> None:
     """Every public call sequence gives the same spans, windows and counts in place and not.
 
-    The in-place paths (a lap, a sibling switch, a section's entry and exit) are switched off
-    for the general run; sampling traces every step, none, or every other one.
+    The in-place paths (a lap, a sibling switch, a section's entry and exit, a never-lapped
+    timer's step) are switched off for the general run; sampling traces every step, none, or
+    every other one.
     """
     fast = _run(ops, trace_every=trace_every, in_place=True)
     general = _run(ops, trace_every=trace_every, in_place=False)

@@ -41,20 +41,19 @@ def begin(engine: Engine, timer: Timer, call: int) -> tuple[ThreadState | None, 
     if engine.closed and call != EXIT:
         engine.refuse(_refusal(timer, call))
         return None, 0, False
-    state = engine.states.last
+    last = engine.states.last
     try:
         # One call checks the thread (and, but at an exit, the asyncio loop) and reads the
         # clock: None otherwise. An exit needs no loop check while the thread has no asyncio
         # task with timer state: an entry made in a task was made in the task's state, which
         # counts in its thread's `tasks` until it is done.
-        if state is None:
+        if last is None:
             reading = None
-        elif call == EXIT:
-            reading = None if state.tasks else now_in(state.key, engine.now)
+        elif call != EXIT:
+            reading = now_plain(last.key, engine.now, _running_loop)
         else:
-            reading = now_plain(state.key, engine.now, _running_loop)
-        if state is None or reading is None:
-            state = engine.states.state()
+            reading = None if last.tasks else now_in(last.key, engine.now)
+        state: ThreadState = engine.states.state() if last is None or reading is None else last
     except Exception:  # a bug of looptrace's (or of its clock): counted, never raised
         engine.incidents.failed(_CALLS[call])
         return None, 0, False
@@ -67,13 +66,17 @@ def begin(engine: Engine, timer: Timer, call: int) -> tuple[ThreadState | None, 
                 return None, 0, False
             reading = None  # read before the wait
         # A reading from before a reset() cut that came between it and `busy`: read again.
-        if reading is None or reading < state.last_cut:
-            reading = engine.now()
+        if reading is None:
+            now = engine.now()
+        else:
+            now = reading
+            if now < state.last_cut:
+                now = engine.now()
     except Exception:  # (as above)
         state.busy = was
         engine.incidents.failed(_CALLS[call])
         return None, 0, False
-    return state, reading, was
+    return state, now, was
 
 
 _CALLS: Final = ("record()", "stop()", "a section entry", "a section exit")

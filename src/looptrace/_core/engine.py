@@ -68,7 +68,8 @@ class Engine:
         )
         self.closed = False
         # Whether the in-place paths run (`lap`, `switch_in_place`, a section's entry and exit
-        # of `SectionEntry`); off only in tests, which compare them with the general path.
+        # of `SectionEntry`, a never-lapped timer's step there); off only in tests, which
+        # compare them with the general path.
         self.in_place = True
         # States `shutdown()` could not close (a timer call under way outlasted its wait):
         # each one's owner ends what it left running at its next call (`refuse`).

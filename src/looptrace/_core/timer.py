@@ -129,7 +129,7 @@ class Timer:
         mine = self._engine.state().nodes.get(self)
         return mine is not None and bool(mine.stack)
 
-    def record(self, name: object = None) -> None:
+    def record(self, name: object = None) -> None:  # noqa: PLR0912 - hot path, inlined
         """Lap this timer, or switch it to section `name` (a str).
 
         `record()` ends the running interval (one measurement) and starts the next at the same
@@ -147,7 +147,9 @@ class Timer:
         if state is None:
             return
         try:
-            mine = find(state, self)
+            mine = self.mine  # (`find`, its common case inline)
+            if mine is None or mine.owner is not state:
+                mine = find(state, self)
             stack = None if mine is None else mine.stack
             if child is None:
                 if stack:
