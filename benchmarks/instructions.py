@@ -11,6 +11,7 @@ Run with `PYTHONHASHSEED=0` and one BLAS thread; the core is whichever `import l
     python benchmarks/instructions.py                 # every case, a table
     python benchmarks/instructions.py record with     # some cases
     python benchmarks/instructions.py --cache         # with callgrind's cache model: I1 misses
+    python benchmarks/instructions.py --keep DIR      # callgrind's profiles, per function
 """
 
 from __future__ import annotations
@@ -47,12 +48,16 @@ def run(case: str, steps: int) -> None:
     made.close()
 
 
-def count(case: str, steps: int, cache: bool) -> tuple[int, int]:
-    """Return (instructions, I1 misses or 0) of `steps` steps of `case`."""
+def count(case: str, steps: int, cache: bool, keep: Path | None) -> tuple[int, int]:
+    """Return (instructions, I1 misses or 0) of `steps` steps of `case`.
+
+    `keep`: a folder for callgrind's profile of the case (`callgrind_annotate` reads it).
+    """
+    out = "/dev/null" if keep is None else str(keep / f"callgrind.{case.replace(' ', '')}.out")
     command = [
         "valgrind",
         "--tool=callgrind",
-        "--callgrind-out-file=/dev/null",
+        f"--callgrind-out-file={out}",
         "--collect-atstart=no",
         "--toggle-collect=starmap_next",
         *(["--cache-sim=yes"] if cache else []),
@@ -76,6 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("cases", nargs="*", help=f"of {list(CASES)}; default all")
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--cache", action="store_true", help="count I1 misses too")
+    parser.add_argument("--keep", type=Path, metavar="DIR", help="keep the profiles there")
     parser.add_argument("--run", nargs=2, metavar=("CASE", "STEPS"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.run:
@@ -85,7 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     print(f"core: {Path(looptrace.__file__).parent}", flush=True)
     for case in args.cases or CASES:
-        instructions, misses = count(case, args.steps, args.cache)
+        instructions, misses = count(case, args.steps, args.cache, args.keep)
         sections = args.steps * PER_STEP
         line = f"{case:34} {instructions / sections:8.0f} instructions/section"
         if args.cache:

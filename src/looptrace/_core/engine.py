@@ -301,7 +301,7 @@ class Engine:
         result is the same as `end()` followed by `start()`. Returns False, changing nothing,
         when the general path is needed.
         """
-        if not (self.in_place and _ranges.quiet()):
+        if not self.in_place or _ranges.OPEN or _ranges.active():  # (`_ranges.quiet()`)
             return False
         children = current.children
         if len(children) != 1 or current.span is not None or current.device is not None:
@@ -313,7 +313,9 @@ class Engine:
         if sibling.node is child:
             target = ended
         else:
-            found = find(state, child)
+            found = child.mine  # (`find`, its common case inline)
+            if found is None or found.owner is not state:
+                found = find(state, child)
             if found is None or found.stack:
                 return False
             target = found

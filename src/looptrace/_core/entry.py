@@ -80,8 +80,13 @@ class SectionEntry:
                     owner._entered(state, timer, now, hold=True)
                 else:  # (the result of `run_owner_for()` and `start()`)
                     node.spare = None
-                    spare.restart(current, now, current.step, None)
+                    spare.parent = current  # (`Interval.restart`, held)
+                    spare.start = spare.seg_start = now
+                    spare.child_ns = 0
+                    spare.step = current.step
+                    spare.span = spare.context = spare.device = None
                     spare.held = True
+                    spare.implicit = False
                     current.children.append(spare)
                     node.stack.append(spare)
                     spare.below = node.entry  # (`NodeState.push_entry`)
@@ -182,10 +187,15 @@ class SectionEntry:
                 interval.below = None
                 duration = now - interval.seg_start
                 count_ended(state, interval, now, duration, None)
-                discard(parent.children, interval)
+                children = parent.children
+                if children[-1] is interval:  # (`discard`)
+                    children.pop()
+                else:
+                    children.remove(interval)
                 parent.child_ns += duration
                 node.stack.pop()
-                reuse(interval)
+                if not timer.device:  # (`reuse`: untraced, on the host)
+                    node.spare = interval
                 left = True
         except Exception:  # a bug of looptrace's: counted, never raised into the loop
             engine.incidents.failed("a section exit")
