@@ -3,7 +3,9 @@
 `record()`, `stop()`, a section's entry and exit (the in-place ones and the general ones) all
 begin with `begin()`, and end by handing the busy mark back (`state.busy = was`) in a
 `finally`. Compiled, `begin()` is a direct C call whose result is a C struct: it costs what
-the lines it holds cost.
+the lines it holds cost, and its callers keep the state in a variable of its own type, which
+is checked once. In the pure-Python core it is one Python call more than the lines would be
+inline; it asks which thread and loop run itself (`threadkey.PLAIN_KEYS`), a call less.
 """
 
 from __future__ import annotations

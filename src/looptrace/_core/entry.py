@@ -48,9 +48,10 @@ class SectionEntry:
         owner = self.owner
         engine = owner._engine
         timer = self.timer
-        state, now, was = begin(engine, timer, ENTER)
-        if state is None:
+        found, now, was = begin(engine, timer, ENTER)
+        if found is None:
             return self.section
+        state = found  # (of its type: compiled, no check at each use)
         try:
             node = timer.mine
             mine = owner.mine
@@ -154,9 +155,10 @@ class SectionEntry:
         owner = self.owner
         engine = owner._engine
         timer = self.timer
-        state, now, was = begin(engine, timer, EXIT)
-        if state is None:  # shut down: shutdown() ended the section
+        found, now, was = begin(engine, timer, EXIT)
+        if found is None:  # shut down: shutdown() ended the section
             return
+        state = found  # (as in `enter`)
         try:
             node = timer.mine
             interval = None if node is None or node.owner is not state else node.entry

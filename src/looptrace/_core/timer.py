@@ -143,9 +143,10 @@ class Timer:
             if child is None:  # first use, or not a name at all
                 child = self.timer(name)
         engine = self._engine
-        state, now, was = begin(engine, self, RECORD)
-        if state is None:
+        found, now, was = begin(engine, self, RECORD)
+        if found is None:
             return
+        state = found  # (of its type: compiled, no check at each use)
         try:
             mine = self.mine  # (`find`, its common case inline)
             if mine is None or mine.owner is not state:
