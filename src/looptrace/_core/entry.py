@@ -10,7 +10,7 @@ from looptrace._core.engine import count_ended, reuse
 from looptrace._core.intervals import Interval, discard
 
 if TYPE_CHECKING:
-    from looptrace._core.intervals import ThreadState
+    from looptrace._core.intervals import NodeState, ThreadState
     from looptrace._core.timer import Timer
 
 
@@ -80,18 +80,21 @@ class SectionEntry:
                 ):
                     owner._entered(state, timer, now, hold=True)
                 else:  # (the result of `run_owner_for()` and `start()`)
-                    node.spare = None
-                    spare.parent = current  # (`Interval.restart`, held)
-                    spare.start = spare.seg_start = now
-                    spare.child_ns = 0
-                    spare.step = current.step
-                    spare.span = spare.context = spare.device = None
-                    spare.held = True
-                    spare.implicit = False
-                    current.children.append(spare)
-                    node.stack.append(spare)
-                    spare.below = node.entry  # (`NodeState.push_entry`)
-                    node.entry = spare
+                    # Names of their own types: compiled, not checked at each use.
+                    section: NodeState = node
+                    interval: Interval = spare
+                    section.spare = None
+                    interval.parent = current  # (`Interval.restart`, held)
+                    interval.start = interval.seg_start = now
+                    interval.child_ns = 0
+                    interval.step = current.step
+                    interval.span = interval.context = interval.device = None
+                    interval.held = True
+                    interval.implicit = False
+                    current.children.append(interval)
+                    section.stack.append(interval)
+                    interval.below = section.entry  # (`NodeState.push_entry`)
+                    section.entry = interval
         except Exception:  # a bug of looptrace's: counted, never raised into the loop
             engine.incidents.failed("a section entry")
         finally:
@@ -142,7 +145,9 @@ class SectionEntry:
         node.push_entry(spare)
         return True
 
-    def exit(self, first: object, second: object, third: object, fourth: object = None) -> None:
+    def exit(  # noqa: PLR0912 - hot path, inlined
+        self, first: object, second: object, third: object, fourth: object = None
+    ) -> None:
         """Leave the section entered last by the calling thread or task, failed by an error.
 
         Called as `exit(exc_type, exc, traceback)` or `exit(section, exc_type, exc, traceback)`.
@@ -161,44 +166,51 @@ class SectionEntry:
         state = found  # (as in `enter`)
         try:
             node = timer.mine
-            interval = None if node is None or node.owner is not state else node.entry
-            parent = None if interval is None else interval.parent
+            entry = None if node is None or node.owner is not state else node.entry
             if (
                 error is not None  # (isinstance() of None looks up its __class__: kept off here)
                 or was
-                or node is None
-                or interval is None
-                or parent is None
-                or interval.children
-                or interval.span is not None
-                or interval.device is not None
+                or entry is None
                 or _ranges.OPEN
                 or not engine.in_place
                 or engine.closed
             ):
                 failed = error if isinstance(error, BaseException) else None
                 left = owner._left(state, timer, now, None, failed)
-            elif not node.stack or node.stack[-1] is not interval:  # ended by a lap inside
-                left = owner._left(state, timer, now, None, None)
-            elif parent.implicit:
-                left = self._step_left(state, interval, parent, now) or owner._left(
-                    state, timer, now, None, None
-                )
-            else:  # (the result of `Engine.end()`)
-                node.entry = interval.below  # (`NodeState.pop_entry`)
-                interval.below = None
-                duration = now - interval.seg_start
-                count_ended(state, interval, now, duration, None)
-                children = parent.children
-                if children[-1] is interval:  # (`discard`)
-                    children.pop()
-                else:
-                    children.remove(interval)
-                parent.child_ns += duration
-                node.stack.pop()
-                if not timer.device:  # (`reuse`: untraced, on the host)
-                    node.spare = interval
-                left = True
+            else:
+                interval: Interval = entry  # (of its type: compiled, no check at each use)
+                section = interval.state  # (`node`)
+                stack = section.stack
+                parent = interval.parent
+                if (
+                    parent is None
+                    or interval.children
+                    or interval.span is not None
+                    or interval.device is not None
+                    or not stack
+                    or stack[-1] is not interval  # ended by a lap inside the block
+                ):
+                    left = owner._left(state, timer, now, None, None)
+                elif parent.implicit:
+                    left = self._step_left(state, interval, parent, now) or owner._left(
+                        state, timer, now, None, None
+                    )
+                else:  # (the result of `Engine.end()`)
+                    outer: Interval = parent
+                    section.entry = interval.below  # (`NodeState.pop_entry`)
+                    interval.below = None
+                    duration = now - interval.seg_start
+                    count_ended(state, interval, now, duration, None)
+                    children = outer.children
+                    if children[-1] is interval:  # (`discard`)
+                        children.pop()
+                    else:
+                        children.remove(interval)
+                    outer.child_ns += duration
+                    stack.pop()
+                    if not timer.device:  # (`reuse`: untraced, on the host)
+                        section.spare = interval
+                    left = True
         except Exception:  # a bug of looptrace's: counted, never raised into the loop
             engine.incidents.failed("a section exit")
             return
