@@ -322,8 +322,15 @@ class Engine:
         stack = ended.stack
         if stack[-1] is not sibling:
             return False
+        start = sibling.start  # (`count_ended`, inline: the call per section of a loop)
         duration = now - sibling.seg_start
-        count_ended(state, sibling, now, duration, None)
+        state.count(ended.path, now - start, duration, sibling.child_ns, False)
+        record = state.record
+        if record is not None:
+            record.append(sibling.node)
+            record.append(start)
+            record.append(now)
+            record.append(None)
         current.child_ns += duration
         if target is not ended:  # (lapping the same section leaves its stack as it is)
             if len(stack) == 1:
