@@ -25,6 +25,7 @@ from setuptools.command.build_ext import build_ext
 COMPILED = [
     f"src/looptrace/{module}.py"
     for module in (
+        "_core/calls",
         "_core/device",
         "_core/engine",
         "_core/entry",

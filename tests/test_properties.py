@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from contextlib import ExitStack, suppress
 from typing import Any
 
 from hypothesis import given, settings
@@ -97,6 +99,157 @@ def test_time_is_conserved_across_windows(ops: list[tuple[str, Any, Any]]) -> No
     }
     # Each interval is counted once, whole, in the window it ends in.
     assert _counts(with_resets) == _counts(without)
+
+
+# Every public call: a step is (call, timer, name, number); timers by path below `root`.
+calls = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("record"), st.sampled_from(TIMERS), st.sampled_from((None, *NAMES)), st.none()
+        ),
+        st.tuples(st.just("stop"), st.sampled_from(TIMERS), st.none(), st.none()),
+        # A section entered by `start()` or a `with` block, left by a later "exit".
+        st.tuples(
+            st.sampled_from(("start", "with")),
+            st.sampled_from(TIMERS),
+            st.sampled_from(NAMES),
+            st.none(),
+        ),
+        st.tuples(st.just("exit"), st.none(), st.none(), st.none()),
+        st.tuples(st.just("raise"), st.sampled_from(TIMERS), st.sampled_from(NAMES), st.none()),
+        # A decorated function whose body records a section of its own or enters another.
+        st.tuples(
+            st.just("timed"), st.sampled_from(TIMERS), st.sampled_from(NAMES), st.integers(0, 2)
+        ),
+        # iterate() over `number` items, the loop left by `break` after the second one.
+        st.tuples(
+            st.sampled_from(("iterate", "iterate-break")),
+            st.sampled_from(TIMERS),
+            st.sampled_from(NAMES),
+            st.integers(0, 4),
+        ),
+        # `number` steps of a loop: the calls the in-place paths serve, from the second step on.
+        st.tuples(st.just("loop"), st.sampled_from(TIMERS), st.none(), st.integers(1, 3)),
+        # `number` rounds of sections alone, as request handling does: on a timer never
+        # lapped, each is a step of its own (the in-place paths serve them from the second).
+        st.tuples(st.just("sections"), st.sampled_from(TIMERS), st.none(), st.integers(1, 3)),
+        st.tuples(st.just("advance"), st.none(), st.none(), st.integers(1, 5000)),
+        st.tuples(st.just("reset"), st.none(), st.none(), st.none()),
+        st.tuples(st.just("timer-reset"), st.sampled_from(TIMERS), st.none(), st.none()),
+    ),
+    max_size=60,
+)
+
+
+def _run(  # noqa: PLR0912 - a branch per public call
+    ops: list[tuple[str, Any, Any, Any]], *, trace_every: int, in_place: bool
+) -> dict[str, Any]:
+    """Play every public call of `ops`; return the windows, spans and health it left."""
+    cap = capture(trace_every=trace_every)
+    lt, clock = cap.lt, cap.clock
+    lt._engine.in_place = in_place  # the test-only switch (Engine.in_place)
+    exits: list[Callable[[], object]] = []  # of the sections entered and not left, in order
+    windows: list[dict[str, Any]] = []
+
+    def timer(path: str) -> Any:
+        head, *rest = path.split(".")
+        found = lt.timer(head)
+        for part in rest:
+            found = found.timer(part)
+        return found
+
+    def body(owner: Any, name: str, kind: int) -> None:
+        clock.advance(0.000_25)
+        if kind == 1:
+            owner.timer(name).record("inner")
+        elif kind == 2:
+            with owner.section("data"):
+                clock.advance(0.000_5)
+
+    for op, path, name, number in ops:
+        if op == "record":
+            timer(path).record(name)
+        elif op == "stop":
+            if timer(path).running:
+                timer(path).stop()
+        elif op == "start":
+            section = timer(path).section(name)
+            section.start()
+            exits.append(section.stop)
+        elif op == "with":  # as `with` does it: `type(m).__enter__(m)`, then `__exit__`
+            block = ExitStack()
+            block.enter_context(timer(path).section(name))
+            exits.append(block.close)
+        elif op == "exit" and exits:
+            exits.pop()()
+        elif op == "raise":
+            with suppress(KeyError), timer(path).section(name):
+                clock.advance(0.000_125)
+                raise KeyError(name)
+        elif op == "timed":
+            owner = timer(path)
+            owner.timed(name)(body)(owner, name, number)
+        elif op in {"iterate", "iterate-break"}:
+            for index, _ in enumerate(timer(path).iterate(range(number), name)):
+                clock.advance(0.000_75)
+                if op == "iterate-break" and index == 1:
+                    break
+        elif op == "loop":
+            _loop(timer(path), clock, number)
+        elif op == "sections":
+            _sections(timer(path), clock, number)
+        elif op == "advance":
+            clock.advance(number / 1e6)
+        elif op == "reset":
+            windows.append(_window(lt.reset()))
+        elif op == "timer-reset":
+            windows.append(_window(timer(path).reset()))
+    while exits:
+        exits.pop()()
+    windows.append(_window(lt.reset()))
+    health = lt.health()
+    lt.shutdown()
+    return {"windows": windows, "spans": cap.span_tree(), "health": health}
+
+
+def _loop(owner: Any, clock: Any, steps: int) -> None:
+    """Run `steps` steps of a training loop on `owner`: sections recorded and entered, a lap."""
+    for _ in range(steps):
+        owner.record("data")
+        clock.advance(0.001)
+        owner.record("forward")
+        clock.advance(0.002)
+        owner.record("backward")
+        clock.advance(0.003)
+        with owner.section("opt"):
+            clock.advance(0.000_5)
+        owner.record()
+
+
+def _sections(owner: Any, clock: Any, rounds: int) -> None:
+    """Enter and leave two sections of `owner` `rounds` times, never lapping it."""
+    for _ in range(rounds):
+        with owner.section("data"):
+            clock.advance(0.001)
+        with owner.section("forward"):
+            clock.advance(0.002)
+
+
+@settings(max_examples=200, deadline=None)
+@given(calls, st.sampled_from((0, 1, 2)))
+def test_every_call_sequence_gives_the_same_result_in_place_and_not(
+    ops: list[tuple[str, Any, Any, Any]], trace_every: int
+) -> None:
+    """Every public call sequence gives the same spans, windows and counts in place and not.
+
+    The in-place paths (a lap, a sibling switch, a section's entry and exit, a never-lapped
+    timer's step) are switched off for the general run; sampling traces every step, none, or
+    every other one.
+    """
+    fast = _run(ops, trace_every=trace_every, in_place=True)
+    general = _run(ops, trace_every=trace_every, in_place=False)
+    assert fast == general
+    assert fast["health"].misuse == 0
 
 
 def _counts(windows: list[dict[str, Any]]) -> dict[str, int]:

@@ -72,6 +72,10 @@ class Engine:
         # never changed, so a window's close reads them without a lock.
         self.wait_paths: frozenset[str] = frozenset()
         self._marking = threading.Lock()
+        # Whether the in-place paths run (`lap`, `switch_in_place`, a section's entry and exit
+        # of `SectionEntry`, a never-lapped timer's step there); off only in tests, which
+        # compare them with the general path.
+        self.in_place = True
         # States `shutdown()` could not close (a timer call under way outlasted its wait):
         # each one's owner ends what it left running at its next call (`refuse`).
         self.left: list[ThreadState] = []
@@ -260,7 +264,8 @@ class Engine:
             interval.implicit = False
             node_state.lapped = True
         in_place = (
-            not interval.held
+            self.in_place
+            and not interval.held
             and interval.span is None
             and interval.device is None
             and parent is interval.parent
@@ -306,7 +311,7 @@ class Engine:
         result is the same as `end()` followed by `start()`. Returns False, changing nothing,
         when the general path is needed.
         """
-        if not _ranges.quiet():
+        if not self.in_place or _ranges.OPEN or _ranges.active():  # (`_ranges.quiet()`)
             return False
         children = current.children
         if len(children) != 1 or current.span is not None or current.device is not None:
@@ -318,15 +323,24 @@ class Engine:
         if sibling.node is child:
             target = ended
         else:
-            found = find(state, child)
+            found = child.mine  # (`find`, its common case inline)
+            if found is None or found.owner is not state:
+                found = find(state, child)
             if found is None or found.stack:
                 return False
             target = found
         stack = ended.stack
         if stack[-1] is not sibling:
             return False
+        start = sibling.start  # (`count_ended`, inline: the call per section of a loop)
         duration = now - sibling.seg_start
-        count_ended(state, sibling, now, duration, None)
+        state.count(ended.path, now - start, duration, sibling.child_ns, False)
+        record = state.record
+        if record is not None:
+            record.append(sibling.node)
+            record.append(start)
+            record.append(now)
+            record.append(None)
         current.child_ns += duration
         if target is not ended:  # (lapping the same section leaves its stack as it is)
             if len(stack) == 1:

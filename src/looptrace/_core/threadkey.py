@@ -25,6 +25,9 @@ def _helper() -> ModuleType | None:
 
 
 _HELPER: Final = _helper()
+# Without the helper, keys are `get_ident()`: a caller may ask `now_in`/`now_plain`'s questions
+# itself, which saves the pure-Python core a Python call a timer call (`calls.begin`).
+PLAIN_KEYS: Final = _HELPER is None
 
 # Constants, not module globals: read on every call, compiled they are C statics.
 _helper_key: Final[Callable[[], object] | None] = None if _HELPER is None else _HELPER.key

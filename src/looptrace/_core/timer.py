@@ -7,12 +7,13 @@ from asyncio.events import _get_running_loop
 from collections.abc import Callable, Iterable, Iterator
 from typing import Final, ParamSpec, TypeVar
 
+from looptrace._core.calls import ENTER, EXIT, RECORD, STOP, begin
 from looptrace._core.engine import Engine
 from looptrace._core.handoff import leave_elsewhere
 from looptrace._core.intervals import Interval, NodeState, ThreadState, find
 from looptrace._core.iterate import Laps
 from looptrace._core.section import Section, new_section
-from looptrace._core.threadkey import now_in, now_plain
+from looptrace._core.threadkey import now_plain
 from looptrace._stats.aggregator import OTHER_PATH
 from looptrace._stats.errors import TimerError
 from looptrace._stats.snapshot import Snapshot
@@ -154,25 +155,14 @@ class Timer:
             if wait and child.path not in self._engine.wait_paths:
                 self._engine.mark_wait(child.path)
         engine = self._engine
-        if engine.closed:
-            engine.refuse(f"{self.path}.record() after shutdown()")
+        found, now, was = begin(engine, self, RECORD)
+        if found is None:
             return
-        state = engine.states.last
-        # One call checks the thread and the loop and reads the clock: None otherwise.
-        reading = None if state is None else now_plain(state.key, engine.now, _running_loop)
-        if state is None or reading is None:
-            state = engine.states.state()
-        was = state.busy  # (True only in a timer call made inside one, e.g. by a finaliser)
-        state.busy = True  # no lock: see `ThreadState`
-        if state.claimed and not was:
-            if not state.wait_turn():  # shut down since the check above
-                state.busy = was
-                return
-            reading = None  # read before the wait
+        state = found  # (of its type: compiled, no check at each use)
         try:
-            # A reading from before a reset() cut that came between it and `busy`: read again.
-            now = engine.now() if reading is None or reading < state.last_cut else reading
-            mine = find(state, self)
+            mine = self.mine  # (`find`, its common case inline)
+            if mine is None or mine.owner is not state:
+                mine = find(state, self)
             stack = None if mine is None else mine.stack
             if child is None:
                 if stack:
@@ -196,20 +186,14 @@ class Timer:
     def stop(self) -> None:
         """End the running interval (and its sections) without starting a new one."""
         engine = self._engine
-        if engine.closed:
-            engine.refuse(f"{self.path}.stop() after shutdown()")
-            return
-        state = engine.state()
-        was = state.busy
-        state.busy = True
-        if state.claimed and not was and not state.wait_turn():  # shut down since the check
-            state.busy = was
+        state, now, was = begin(engine, self, STOP)
+        if state is None:
             return
         try:
             mine = find(state, self)
             was_running = mine is not None and bool(mine.stack)
             if mine is not None and mine.stack:
-                engine.end(state, mine.stack[0], engine.now())
+                engine.end(state, mine.stack[0], now)
         except Exception:  # a bug of looptrace's: counted, never raised into the loop
             engine.incidents.failed("stop()")
             was_running = True
@@ -313,88 +297,90 @@ class Timer:
     def _enter(self, child: Timer, *, hold: bool) -> Interval | None:
         """Enter section `child`; with `hold`, push it on the thread's entries of `child`."""
         engine = self._engine
-        if engine.closed:
-            engine.refuse(f"{child.path} entered after shutdown()")
+        state, now, was = begin(engine, child, ENTER)
+        if state is None:
             return None
-        state = engine.states.last
-        # One call checks the thread and the loop and reads the clock: None otherwise.
-        reading = None if state is None else now_plain(state.key, engine.now, _running_loop)
-        if state is None or reading is None:
-            state = engine.states.state()
-        was = state.busy  # (True only in a timer call made inside one, e.g. by a finaliser)
-        state.busy = True  # no lock: see `ThreadState`
-        if state.claimed and not was:
-            if not state.wait_turn():  # shut down since the check above
-                state.busy = was
-                return None
-            reading = None  # read before the wait
         try:
-            # A reading from before a reset() cut that came between it and `busy`: read again.
-            now = engine.now() if reading is None or reading < state.last_cut else reading
-            running = find(state, child)
-            interval: Interval | None
-            inside = _inside_entry(state, self)
-            if inside is not None:  # another entry of a section of this timer is open: nest
-                interval = engine.start(state, child, now, inside, running)
-            elif running is not None and running.stack:  # recursion: nest in its latest one
-                interval = engine.start(state, child, now, running.stack[-1], running)
-            else:
-                current = engine.run_owner_for(state, self, child, now, True)
-                interval = engine.start(state, child, now, current, running)
-            interval.held = True
-            if hold:
-                interval.state.push_entry(interval)
-            return interval
+            return self._entered(state, child, now, hold=hold)
         except Exception:  # a bug of looptrace's: counted, never raised into the loop
             engine.incidents.failed("a section entry")
             return None
         finally:
             state.busy = was
 
+    def _entered(self, state: ThreadState, child: Timer, now: int, *, hold: bool) -> Interval:
+        """Enter section `child` at `now` in `state`, marked busy: the general entry."""
+        engine = self._engine
+        running = find(state, child)
+        inside = _inside_entry(state, self)
+        if inside is not None:  # another entry of a section of this timer is open: nest
+            interval = engine.start(state, child, now, inside, running)
+        elif running is not None and running.stack:  # recursion: nest in its latest one
+            interval = engine.start(state, child, now, running.stack[-1], running)
+        else:
+            current = engine.run_owner_for(state, self, child, now, True)
+            interval = engine.start(state, child, now, current, running)
+        interval.held = True
+        if hold:
+            interval.state.push_entry(interval)
+        return interval
+
     def _exit(self, child: Timer, interval: Interval | None, error: BaseException | None) -> None:
         """Leave an entry of section `child`: `interval`, or (None) the thread's latest held one."""
         engine = self._engine
-        # An entry made in an asyncio task was made in the task's state, which counts in its
-        # thread's `tasks` until the task is done: with none, no loop check is needed.
-        state = engine.states.last
-        reading = None if state is None or state.tasks else now_in(state.key, engine.now)
-        if state is None or reading is None:
-            state = engine.states.state()
+        state, now, was = begin(engine, child, EXIT)
+        if state is None:  # shut down: shutdown() ended the section
+            return
         if interval is not None and interval.state.owner is not state:
             # Entered in another task or thread (e.g. an async generator that asyncio's
             # finaliser closes in a task of its own): it ends in the state it was made in.
+            state.busy = was
             leave_elsewhere(engine, interval, error)
             return
-        was = state.busy  # (True only in a timer call made inside one, e.g. by a finaliser)
-        state.busy = True  # no lock: see `ThreadState`
-        if state.claimed and not was:
-            if not state.wait_turn():  # shut down: shutdown() ended the section
-                state.busy = was
-                return
-            reading = None  # read before the wait
         try:
-            held = interval is None  # (else a token its caller keeps: never reused)
-            if held:
-                node = find(state, child)
-                interval = None if node is None else node.pop_entry()
-            # A lap or sibling switch inside the block may have ended it already.
-            if interval is not None and not engine.closed:
-                stack = interval.state.stack
-                if (stack and stack[-1] is interval) or interval in stack:
-                    if reading is None or reading < state.last_cut:  # (see `_enter`)
-                        reading = engine.now()
-                    engine.leave(state, interval, reading, error, held=held)
+            left = self._left(state, child, now, interval, error)
         except Exception:  # a bug of looptrace's: counted, never raised into the loop
             engine.incidents.failed("a section exit")
             return
         finally:
             state.busy = was
-        if interval is None and not engine.closed:
-            engine.incidents.misused(
-                "stopped", f"section {child.path!r} stopped more often than started"
-            )
+        if not left:
+            self._unmatched(child)
         if state.fold_due:
             engine.windows.merge_pending(state)
+
+    def _unmatched(self, child: Timer) -> None:
+        """Count an exit of section `child` with no entry of it held, unless shut down."""
+        if not self._engine.closed:
+            self._engine.incidents.misused(
+                "stopped", f"section {child.path!r} stopped more often than started"
+            )
+
+    def _left(
+        self,
+        state: ThreadState,
+        child: Timer,
+        now: int,
+        interval: Interval | None,
+        error: BaseException | None,
+    ) -> bool:
+        """Leave an entry of `child` at `now` in `state`, marked busy: the general exit.
+
+        False when no entry was held (`interval` None: the thread's latest held one).
+        """
+        held = interval is None  # (else a token its caller keeps: never reused)
+        if held:
+            node = find(state, child)
+            interval = None if node is None else node.pop_entry()
+            if interval is None:
+                return False
+        engine = self._engine
+        # A lap or sibling switch inside the block may have ended it already.
+        if interval is not None and not engine.closed:
+            stack = interval.state.stack
+            if (stack and stack[-1] is interval) or interval in stack:
+                engine.leave(state, interval, now, error, held=held)
+        return True
 
     def _check_name(self, name: object) -> str:
         """Return `name` if it can name a section, else raise a `TimerError` saying why.
