@@ -45,6 +45,7 @@ class Looptrace:
     ) -> None:
         self._engine = engine
         self._memory = MemoryReader() if memory is None else memory
+        engine.spans.lap_memory = self._memory.lap  # traced laps' spans carry the memory
         self._aggregator = aggregator
         self._incidents = incidents
         self.rank = rank
