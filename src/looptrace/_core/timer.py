@@ -447,11 +447,8 @@ def _amount(n: object, key: tuple[str, str], name: str = "n") -> float:
         amount = float(n) if isinstance(n, float) or abs(n) < _HUGE else math.inf
         if amount >= 0 and amount != math.inf:
             return amount
-    raise TimerError(
-        f"count({key[1]!r}) of timer {key[0]!r}: {name} must be a finite number >= 0, got {n!r}"[
-            :300
-        ]
-    )
+    message = f"count({key[1]!r}) of timer {key[0]!r}: {name} must be a finite number >= 0"
+    raise TimerError(f"{message}, got {n!r}"[:300])
 
 
 def _inside_entry(state: ThreadState, owner: Timer) -> Interval | None:
