@@ -189,6 +189,8 @@ def iterate_cost(items: int, rounds: int) -> dict[str, float]:
 def count_cost(calls: int, rounds: int) -> dict[str, float]:
     """Per-call cost of `train.count("tokens", n)` beside `record()` (a lap) and an empty loop.
 
+    `count_flops` is the same count with its FLOPs per unit (`flops_per_unit=`, for MFU).
+
     Aggregate only, a reset every 100 calls, the loops interleaved in random order each round.
     The target: a count costs at most one `record()`.
     """
@@ -217,7 +219,14 @@ def count_cost(calls: int, rounds: int) -> dict[str, float]:
             if i % RESET_EVERY == RESET_EVERY - 1:
                 lt.reset()
 
-    loops = {"bare": bare, "record": recorded, "count": counted}
+    def priced() -> None:
+        count = train.count
+        for i in range(calls):
+            count("tokens", 512, flops_per_unit=6e9)
+            if i % RESET_EVERY == RESET_EVERY - 1:
+                lt.reset()
+
+    loops = {"bare": bare, "record": recorded, "count": counted, "count_flops": priced}
     samples: dict[str, list[float]] = {name: [] for name in loops}
     rng = random.Random(2)
     for _ in range(rounds):
@@ -231,6 +240,7 @@ def count_cost(calls: int, rounds: int) -> dict[str, float]:
         "bare_ns_per_call": median["bare"],
         "record_ns_per_call": median["record"],
         "count_ns_per_call": median["count"],
+        "count_flops_ns_per_call": median["count_flops"],
         "count_x_record": (median["count"] - median["bare"]) / (median["record"] - median["bare"]),
     }
 

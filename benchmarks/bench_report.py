@@ -131,7 +131,9 @@ def print_report(
     print(
         f"count('tokens', 512): {counted['count_ns_per_call']:.0f} ns/call, record() "
         f"{counted['record_ns_per_call']:.0f} ns/call, bare loop "
-        f"{counted['bare_ns_per_call']:.0f} ns/call; count x record {counted['count_x_record']:.2f}"
+        f"{counted['bare_ns_per_call']:.0f} ns/call; count x record "
+        f"{counted['count_x_record']:.2f}; with flops_per_unit= "
+        f"{counted['count_flops_ns_per_call']:.0f} ns/call"
     )
     slow = extra["slow_laps"]
     print(

@@ -7,8 +7,8 @@ device section (CUDA events, resolved lazily) and in a host section without a sy
 The device section must report >= 45 ms; the host one only the launches, a small fraction.
 It also prints the per-section cost of a device section's timer calls, checks each window's
 device memory (`Snapshot.memory`) against `torch.cuda.max_memory_allocated()` and the peak
-reset between windows (a 1 GiB tensor held in the first window only), and exits non-zero
-when a check fails.
+reset between windows (a 1 GiB tensor held in the first window only), that a traced lap's
+span carries its window's device peak so far, and exits non-zero when a check fails.
 """
 
 from __future__ import annotations
@@ -17,6 +17,9 @@ import sys
 import time
 
 import torch
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import looptrace
 
@@ -74,6 +77,7 @@ def main() -> int:
     print(f"timer cost per device section (no work, events only): {hot:.2f} µs")
     memory_ok = _memory_check(lt)
     lt.shutdown()
+    memory_ok = _lap_memory_check() and memory_ok
 
     ok = on_device >= 45.0 and on_host < 0.5 * on_device and memory_ok
     print("gpu_check:", "ok" if ok else "FAILED")
@@ -105,6 +109,38 @@ def _memory_check(lt: looptrace.Looptrace) -> bool:
         and first.device_peak_allocated >= gib
         and second.device_peak_allocated < first.device_peak_allocated - gib // 2
     )
+
+
+def _lap_memory_check() -> bool:
+    """Check that a traced lap's span has the device peak so far: 1 GiB held during lap 0."""
+    gib = 1 << 30
+    spans = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    lt = looptrace.configure(
+        "gpu-check-laps",
+        tracer_provider=provider,
+        trace_every=1,
+        rank=looptrace.RankInfo(),
+        device_memory=True,
+    )
+    step = lt.timer("step")
+    lt.reset()  # the window's peak starts from what is held now
+    step.record()
+    big = torch.empty(gib, dtype=torch.uint8, device="cuda")
+    expected = torch.cuda.max_memory_allocated()
+    del big
+    step.record()  # lap 0 ends: its span reads the peak so far
+    step.stop()
+    lt.shutdown()
+    laps = [dict(s.attributes or {}) for s in spans.get_finished_spans() if s.name == "step"]
+    got = laps[0].get("looptrace.memory.device_peak_allocated") if laps else None
+    host = laps[0].get("looptrace.memory.host_peak_rss") if laps else None
+    print(
+        f"traced lap memory: device peak allocated {got} B (torch says {expected} B), "
+        f"host peak resident {host} B"
+    )
+    return got == expected and isinstance(host, int)
 
 
 if __name__ == "__main__":

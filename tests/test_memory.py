@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from looptrace import ConfigError
-from looptrace.testing import capture
+from looptrace.testing import Capture, capture
 from tests.allocator import GIB, Allocator
 
 torch = pytest.importorskip("torch")
@@ -155,3 +156,124 @@ def test_the_device_total_is_read_at_the_close(allocator: Allocator) -> None:
     assert known is not None and unknown is not None
     assert (known.device_total, unknown.device_total) == (80 * GIB, None)
     assert unknown.device_alloc_retries == 0  # the other figures are kept
+
+
+def _lap_memory(cap: Capture) -> list[tuple[str, int, dict[str, Any]]]:
+    """Return (name, step, memory attributes) of each finished span, in the order they ended."""
+    return [
+        (
+            span.name,
+            dict(span.attributes or {})["looptrace.step"],
+            {k: v for k, v in (span.attributes or {}).items() if k.startswith("looptrace.memory.")},
+        )
+        for span in cap.finished_spans()
+    ]
+
+
+def test_traced_laps_carry_the_memory_peaks_so_far_in_their_window(allocator: Allocator) -> None:
+    """A traced lap's span has the host peak RSS and the device peak so far in its window."""
+    cap = capture(trace_every=1, device_memory=True)
+    try:
+        train = cap.lt.timer("train")
+        train.record("forward")
+        allocator.use(3 * GIB, 4 * GIB)
+        allocator.use(1 * GIB, 4 * GIB)
+        train.record()  # lap 0 ends: 3 GiB at most so far
+        allocator.use(2 * GIB, 4 * GIB)
+        train.stop()  # lap 1: still 3 GiB, the window's peak
+        cap.lt.reset()  # the next window's peak starts from the 2 GiB held now
+        allocator.use(1 * GIB, 4 * GIB)
+        train.record()
+        train.stop()  # lap 2: 2 GiB
+    finally:
+        cap.lt.shutdown()
+    laps = [(name, step, memory) for name, step, memory in _lap_memory(cap) if name == "train"]
+    device = "looptrace.memory.device_peak_allocated"
+    assert [(step, memory[device]) for _, step, memory in laps] == [
+        (0, 3 * GIB),
+        (1, 3 * GIB),
+        (2, 2 * GIB),
+    ]
+    if sys.platform.startswith("linux"):
+        peaks = [memory["looptrace.memory.host_peak_rss"] for _, _, memory in laps]
+        assert 1 << 20 < peaks[0] <= peaks[1] <= peaks[2]
+    assert [memory for name, _, memory in _lap_memory(cap) if name != "train"] == [{}]  # forward
+
+
+def test_untraced_laps_read_no_memory(allocator: Allocator) -> None:
+    """Laps that are not traced read nothing: the allocator is asked only at traced laps' ends."""
+    cap = capture(trace_every=4, trace_first=0, device_memory=True, slow_lap_factor=None)
+    try:
+        train = cap.lt.timer("train")
+        for _ in range(8):
+            train.record()
+        train.stop()  # laps 0 and 4 traced
+        assert allocator.reads == 2
+    finally:
+        cap.lt.shutdown()
+    assert [step for name, step, memory in _lap_memory(cap) if memory] == [0, 4]
+
+
+def test_without_cuda_or_device_memory_laps_carry_the_host_peak_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No initialised CUDA, or device_memory=False: the host peak alone, the device untouched."""
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    plain = capture(trace_every=1)
+    try:
+        plain.lt.timer("train").record()
+        plain.lt.timer("train").stop()
+    finally:
+        plain.lt.shutdown()
+    stand_in = Allocator().install(monkeypatch.setattr, torch.cuda)
+    off = capture(trace_every=1, device_memory=False)
+    try:
+        off.lt.timer("train").record()
+        off.lt.timer("train").stop()
+    finally:
+        off.lt.shutdown()
+    assert stand_in.reads == 0
+    for cap in (plain, off):
+        (memory,) = [memory for _, _, memory in _lap_memory(cap)]
+        if sys.platform.startswith("linux"):
+            assert list(memory) == ["looptrace.memory.host_peak_rss"]
+
+
+def test_a_device_that_fails_leaves_the_host_peak(allocator: Allocator) -> None:
+    """An allocator that raises while a lap ends: the lap keeps its span and its host figure."""
+    cap = capture(trace_every=1, device_memory=True)
+
+    def broken(device: object = None) -> dict[str, int]:
+        raise RuntimeError("CUDA error: device lost")
+
+    try:
+        torch.cuda.memory_stats = broken  # restored by the fixture's monkeypatch
+        cap.lt.timer("train").record()
+        cap.lt.timer("train").stop()
+    finally:
+        cap.lt.shutdown()
+    ((name, _, memory),) = _lap_memory(cap)
+    assert name == "train"
+    assert "looptrace.memory.device_peak_allocated" not in memory
+    assert cap.lt.health().internal_errors == 0
+
+
+def test_a_slow_lap_carries_the_memory_when_it_ended(allocator: Allocator) -> None:
+    """A slow untraced lap exported later has the memory peaks read when it ended."""
+    cap = capture(trace_every=0, device_memory=True)
+    try:
+        train = cap.lt.timer("train")
+        for _ in range(12):
+            train.record()
+            cap.clock.advance(0.1)
+        allocator.use(5 * GIB, 6 * GIB)
+        cap.clock.advance(2.0)  # lap 11 takes 2.1 s against a median of 0.1 s
+        train.record()
+        allocator.use(7 * GIB, 8 * GIB)  # after the slow lap: not its peak
+        train.stop()
+    finally:
+        cap.lt.shutdown()
+    (slow,) = [s for s in cap.finished_spans() if "looptrace.slow_lap" in (s.attributes or {})]
+    attributes = dict(slow.attributes or {})
+    assert attributes["looptrace.step"] == 11
+    assert attributes["looptrace.memory.device_peak_allocated"] == 5 * GIB

@@ -21,6 +21,7 @@ from looptrace._stats.aggregator import Aggregator
 from looptrace._stats.health import Health, Incidents
 from looptrace._stats.history import RunHistory
 from looptrace._stats.memory import MemoryReader
+from looptrace._stats.rates import Flops
 from looptrace._stats.roles import Roles
 from looptrace._stats.snapshot import Snapshot
 from looptrace._stats.thresholds import DEFAULTS
@@ -45,6 +46,7 @@ class Looptrace:
     ) -> None:
         self._engine = engine
         self._memory = MemoryReader() if memory is None else memory
+        engine.spans.lap_memory = self._memory.lap  # traced laps' spans carry the memory
         self._aggregator = aggregator
         self._incidents = incidents
         self.rank = rank
@@ -59,6 +61,7 @@ class Looptrace:
         self.root = Timer(engine, "root", None)
         self.roles = Roles()  # configure(roles=..., wait_sections=...)
         self.limits: Mapping[str, float] = DEFAULTS  # configure(diagnosis_thresholds=...)
+        self.flops = Flops()  # configure(peak_flops=..., flops_per_unit=...): MFU
         self._history = RunHistory()  # what memory creep and throughput drops compare with
         # (configured roles, paths marked `wait=True`, both): the latest window's roles
         self._marked_roles: tuple[Roles, frozenset[str], Roles] | None = None
@@ -169,7 +172,7 @@ class Looptrace:
                 closed = Snapshot(
                     {}, start_ns=0, end_ns=0, rank=self.rank.rank, subtree=subtree or "root"
                 )
-                closed.roles, closed.limits = self.roles, self.limits
+                closed.roles, closed.limits, closed.flops = self.roles, self.limits, self.flops
                 return reduce_or_keep(
                     closed, self._incidents, reduce=across_ranks, scale=self.scale
                 )
@@ -190,7 +193,7 @@ class Looptrace:
 
     def _deliver(self, snapshot: Snapshot, *, across_ranks: bool, subtree: str | None) -> Snapshot:
         """Complete a closed window (memory, ranks, history) and hand it to every output."""
-        snapshot.roles, snapshot.limits = self._roles(), self.limits
+        snapshot.roles, snapshot.limits, snapshot.flops = self._roles(), self.limits, self.flops
         if subtree is None:  # the process's memory: in the windows of every timer only
             try:
                 snapshot.memory = self._memory.read()

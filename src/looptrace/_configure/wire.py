@@ -29,6 +29,7 @@ from looptrace._stats.aggregator import Aggregator
 from looptrace._stats.errors import ConfigError
 from looptrace._stats.health import Incidents
 from looptrace._stats.memory import MemoryReader
+from looptrace._stats.rates import flops_setting
 from looptrace._stats.roles import roles_of
 from looptrace._stats.thresholds import thresholds
 
@@ -71,6 +72,8 @@ def configure(
     diagnose: str | None = None,
     detail_ranks: int | str | None = None,
     job_rank: int | None = None,
+    peak_flops: float | None = None,
+    flops_per_unit: Mapping[str, float] | None = None,
 ) -> Looptrace:
     """Set up looptrace and return the handle that makes timers and resets windows.
 
@@ -159,6 +162,13 @@ def configure(
         job_rank: the rank that serves and pushes the job's histograms (every rank's summed
             in the cross-rank reduce) and straggler, without a rank label; falls back to
             `LOOPTRACE_JOB_RANK`, then 0.
+        peak_flops: the peak FLOP/s of the device this process trains on, from its data
+            sheet for the precision you train in (an H100 SXM: 989e12 dense BF16). With the
+            FLOPs of what a timer counts, each rate gets its MFU (`Rate.mfu`); without it
+            none does. Never guessed from the device's name.
+        flops_per_unit: FLOPs per unit counted, by unit name (`{"tokens": 6 * n_params}`),
+            for every timer; `count(..., flops_per_unit=...)` overrides it per count. A
+            unit with no known FLOPs gets no MFU.
 
     Each exporter argument falls back to its standard `OTEL_*` variable (see the docs'
     Configuration page, docs/configuration.md).
@@ -171,6 +181,7 @@ def configure(
     check_interpreter()  # a free-threaded Python without the GIL: refused before anything else
     try:
         answers = roles_of(roles, wait_sections), thresholds(diagnosis_thresholds)
+        flops = flops_setting(peak_flops, flops_per_unit)
     except ValueError as error:
         raise ConfigError(str(error)) from None
     settings = resolve_run(
@@ -244,6 +255,7 @@ def configure(
         memory=MemoryReader(device_memory),
     )
     lt.roles, lt.limits = answers
+    lt.flops = flops
     if diagnose_to == "log":
         findings_log = FindingsLog(incidents)
         outputs.on_reset.append(findings_log)

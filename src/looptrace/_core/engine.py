@@ -97,6 +97,7 @@ class Engine:
                 span_base=self.spans.base,
                 step_traces=step_traces,
                 incidents=incidents,
+                memory=self.spans.memory,
             )
 
     def mark_wait(self, path: str) -> None:
@@ -244,8 +245,12 @@ class Engine:
             discard(parent.children, interval)
             parent.child_ns += duration
         discard(node_state.stack, interval)  # (see `slot_list`)
-        if interval.span is not None:
-            self.spans.end(interval.span, now, error, cut=cut)
+        span = interval.span
+        if span is not None:
+            if parent is None:  # a traced lap: with the memory at its end
+                self.spans.end_lap(span, now, error, cut=cut)
+            else:
+                self.spans.end(span, now, error, cut=cut)
         if parent is None and state.device is not None and state.device.pending:
             self.device.resolve(state, wait=False)
 

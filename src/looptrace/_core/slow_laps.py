@@ -64,16 +64,23 @@ MAX_RECORD: Final = 65_536
 class Candidate:
     """A slow lap waiting for its window to end: what its export needs, and its ratio."""
 
-    __slots__ = ("entries", "ratio", "start", "step", "timer")
+    __slots__ = ("entries", "memory", "ratio", "start", "step", "timer")
 
-    def __init__(
-        self, timer: Timer, start: int, step: int, ratio: float, entries: list[Entry]
+    def __init__(  # noqa: PLR0917 - a record of one slow lap, made in one place
+        self,
+        timer: Timer,
+        start: int,
+        step: int,
+        ratio: float,
+        entries: list[Entry],
+        memory: dict[str, int],
     ) -> None:
         self.timer = timer
         self.start = start
         self.step = step
         self.ratio = ratio
         self.entries = entries  # its subtree's intervals in the order they ended, itself last
+        self.memory = memory  # the memory attributes when it ended (`LapSpans.memory`)
 
 
 class Durations:
@@ -148,7 +155,9 @@ class SlowLaps:
         span_base: Callable[[Timer], dict[str, str | int]],
         step_traces: StepTraces | None,
         incidents: Incidents,
+        memory: Callable[[], dict[str, int]] | None = None,
     ) -> None:
+        self.memory = memory  # the memory attributes of a lap ending now (`LapSpans.memory`)
         self.factor = factor
         self.tracer = tracer
         self.anchor = anchor
@@ -240,7 +249,8 @@ class SlowLaps:
         entries = _subtree(entries_of(record), lap)
         if not entries or entries[-1][0] is not lap.node:
             entries.append((lap.node, lap.start, now, None))
-        candidate = Candidate(lap.node, lap.start, lap.step, ratio, entries)
+        memory = {} if self.memory is None else self.memory()
+        candidate = Candidate(lap.node, lap.start, lap.step, ratio, entries, memory)
         if place == len(candidates):
             candidates.append(candidate)
         else:
@@ -290,7 +300,11 @@ class SlowLaps:
             context = step_traces.context_for(lap.timer.path, lap.step)
         else:
             context = Context()
-        extra: dict[str, str | int | float] = {**state.thread, SLOW_LAP: round(lap.ratio, 3)}
+        extra: dict[str, str | int | float] = {
+            **state.thread,
+            SLOW_LAP: round(lap.ratio, 3),
+            **lap.memory,
+        }
         try:
             return self._start((lap.timer, lap.start, 0, None), lap.step, context, extra)
         finally:

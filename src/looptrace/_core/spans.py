@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from opentelemetry import trace
@@ -49,6 +50,8 @@ class LapSpans:
         # Timer path -> an outermost lap traced whatever the sampler says (after a chronic
         # straggler was named, every rank's next step): replaced whole, never changed.
         self.forced: dict[str, int] = {}
+        # The memory attributes of a traced lap as it ends (`MemoryReader.lap`; None: none).
+        self.lap_memory: Callable[[], dict[str, int]] | None = None
 
     def watch(self, holder: object, own: object) -> None:
         """Read spans only while `holder._span_processors` has a processor besides `own`.
@@ -138,6 +141,29 @@ class LapSpans:
     ) -> None:
         """End `span` at monotonic `now` (see `end_span`)."""
         end_span(span, self.anchor.epoch_ns(now), error, self.incidents, cut=cut)
+
+    def memory(self) -> dict[str, int]:
+        """Return the memory attributes of a lap ending now; never raises ({} on failure)."""
+        read = self.lap_memory
+        if read is None:
+            return {}
+        try:
+            return read()
+        except Exception:
+            self.incidents.failed("reading a traced lap's memory")
+            return {}
+
+    def end_lap(
+        self, span: trace.Span, now: int, error: BaseException | None, *, cut: bool = False
+    ) -> None:
+        """End the span of a traced outermost lap at `now`, with the memory at its end."""
+        figures = self.memory()
+        if figures:
+            try:
+                span.set_attributes(figures)
+            except Exception:
+                self.incidents.failed("span attributes")
+        self.end(span, now, error, cut=cut)
 
 
 def end_span(

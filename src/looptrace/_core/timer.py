@@ -204,21 +204,26 @@ class Timer:
         if state.fold_due:
             engine.windows.merge_pending(state)
 
-    def count(self, unit: object, n: object = 1) -> None:
+    def count(self, unit: object, n: object = 1, *, flops_per_unit: object = None) -> None:
         """Add `n` units (`"samples"`, `"tokens"`: any name a section could have) to the window.
 
         The units count for this timer's path in the window open now (a count made before a
         `reset()` is in the closing window, one made after it in the next), on any thread,
         and give the window's rates (`Snapshot.rates`). `n` is a number, at least 0.
+        `flops_per_unit` is what one of these units costs (a transformer's token: about 6 x
+        its parameters to train, 2 x to infer), overriding `configure(flops_per_unit=...)`
+        for this count; with `configure(peak_flops=...)` the rate gets its MFU.
 
         Raises:
-            TimerError: `unit` is not a valid name, or `n` is not a finite number >= 0.
+            TimerError: `unit` is not a valid name, or `n` or `flops_per_unit` is not a finite
+                number >= 0.
 
         """
         key = self._units.get(unit) if isinstance(unit, str) else None
         if key is None:
             key = self._unit_key(unit)
         amount = float(n) if type(n) is int and 0 <= n < _HUGE else _amount(n, key)
+        price = 0.0 if flops_per_unit is None else _amount(flops_per_unit, key, "flops_per_unit")
         engine = self._engine
         if engine.closed:
             engine.refuse(f"{self.path}.count() after shutdown()")
@@ -236,6 +241,9 @@ class Timer:
         if tally is None:
             tally = state.counts[key] = Tally()
         tally.total += amount
+        if flops_per_unit is not None:
+            tally.flops += amount * price
+            tally.priced += amount
         state.busy = was
 
     def _unit_key(self, unit: object) -> tuple[str, str]:
@@ -419,15 +427,14 @@ class Timer:
         )
 
 
-def _amount(n: object, key: tuple[str, str]) -> float:
-    """Return the units `n` as a float, or raise a `TimerError` naming the unit and why."""
+def _amount(n: object, key: tuple[str, str], name: str = "n") -> float:
+    """Return the number `n` as a float, or raise a `TimerError` naming the unit and why."""
     if isinstance(n, (int, float)) and not isinstance(n, bool):
         amount = float(n) if isinstance(n, float) or abs(n) < _HUGE else math.inf
         if amount >= 0 and amount != math.inf:
             return amount
-    raise TimerError(
-        f"count({key[1]!r}) of timer {key[0]!r}: n must be a finite number >= 0, got {n!r}"[:300]
-    )
+    message = f"count({key[1]!r}) of timer {key[0]!r}: {name} must be a finite number >= 0"
+    raise TimerError(f"{message}, got {n!r}"[:300])
 
 
 def _inside_entry(state: ThreadState, owner: Timer) -> Interval | None:

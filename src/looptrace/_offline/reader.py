@@ -200,6 +200,7 @@ class Window:
     findings: tuple[dict[str, Any], ...] = ()  # what the window's diagnosis found
     seconds: float = 0.0  # its wall time (`end_ns - start_ns`; 0 where the line lacks them)
     counted: dict[tuple[str, str], float] | None = None  # `rates` totals by (path, unit)
+    mfu: dict[tuple[str, str], float] | None = None  # `rates` MFU by (path, unit), where known
     memory: dict[str, int] | None = None  # the measured figures of `memory`, bytes
 
 
@@ -271,6 +272,7 @@ def _snapshot(record: dict[str, Any]) -> Window:
         findings=_findings(record.get("findings")),
         seconds=_window_seconds(record),
         counted=_counted(record.get("rates")),
+        mfu=_mfu(record.get("rates")),
         memory=_memory(record.get("memory")),
     )
 
@@ -301,6 +303,22 @@ def _counted(value: object) -> dict[tuple[str, str], float] | None:
                 raise TypeError(f"rate of {unit!r} of {path!r} has no total >= 0")
             counted[str(path), str(unit)] = float(total)
     return counted
+
+
+def _mfu(value: object) -> dict[tuple[str, str], float] | None:
+    """Return the MFU of a `rates` object by (path, unit), where a window has one."""
+    if not isinstance(value, dict):
+        return None  # (`_counted` says what is wrong with it)
+    found: dict[tuple[str, str], float] = {}
+    for path, units in value.items():
+        for unit, rate in units.items():
+            mfu = rate.get("mfu")
+            if mfu is None:
+                continue
+            if isinstance(mfu, bool) or not isinstance(mfu, int | float) or not mfu >= 0:
+                raise TypeError(f"rate of {unit!r} of {path!r} has an mfu that is not >= 0")
+            found[str(path), str(unit)] = float(mfu)
+    return found or None
 
 
 def _memory(value: object) -> dict[str, int] | None:

@@ -13,18 +13,28 @@ _DEVICE_COUNTS = (("device_alloc_retries", "allocator retries"), ("device_ooms",
 
 
 def throughput_lines(windows: Sequence[Window]) -> list[str]:
-    """Return one line per (timer path, unit) counted: total, job rate, rate in lap time.
+    """Return one line per (timer path, unit) counted: total, job rate, rate in lap time, MFU.
 
     A rank's rate is its units over its windows' wall time (lap time); the job's is the sum
-    of its ranks' rates. Windows of `timer.reset()` and `lt.reset()` both count.
+    of its ranks' rates. Windows of `timer.reset()` and `lt.reset()` both count. The MFU is
+    shown only where every window counted has one (the user gave the peak and the FLOPs): a
+    rank's is its windows' MFU weighted by their wall time, the job's the mean of its ranks'.
     """
     totals: dict[tuple[str, str], dict[int, float]] = defaultdict(lambda: defaultdict(float))
     seconds: dict[tuple[str, str], dict[int, float]] = defaultdict(lambda: defaultdict(float))
     lap_s: dict[tuple[str, str], dict[int, float]] = defaultdict(lambda: defaultdict(float))
+    # FLOP-seconds over peak by rank: the MFU weighted by wall time; None once a window lacks it
+    used: dict[tuple[str, str], dict[int, float] | None] = {}
     for window in windows:
         for key, n in (window.counted or {}).items():
             totals[key][window.rank] += n
             seconds[key][window.rank] += window.seconds
+            mfu = (window.mfu or {}).get(key)
+            ranks = used.setdefault(key, defaultdict(float))
+            if mfu is None or ranks is None:
+                used[key] = None
+            else:
+                ranks[window.rank] += mfu * window.seconds
             stats = window.stats.get(key[0])
             if stats is not None:
                 lap_s[key][window.rank] += stats.total
@@ -38,6 +48,7 @@ def throughput_lines(windows: Sequence[Window]) -> list[str]:
             f"throughput {path} {unit}: {_number(total)} in all, {_number(per_s)}/s of wall "
             f"time, {_number(per_lap_s)}/s of lap time"
             + (f" (sum of {len(totals[key])} ranks)" if len(totals[key]) > 1 else "")
+            + _mfu_part(used.get(key), seconds[key])
         )
     return lines
 
@@ -65,6 +76,18 @@ def memory_line(windows: Sequence[Window]) -> str | None:
         if key in summed:
             parts.append(f"{name} {summed[key]}")
     return "memory: " + ", ".join(parts) if parts else None
+
+
+def _mfu_part(used: dict[int, float] | None, seconds: dict[int, float]) -> str:
+    """Return `, MFU 41.2 %` (the mean over ranks of each rank's MFU), or "" if not known."""
+    if not used:
+        return ""
+    ranks = [used[rank] / seconds[rank] for rank in used if seconds.get(rank, 0.0) > 0]
+    if not ranks:
+        return ""
+    return f", MFU {100 * sum(ranks) / len(ranks):.1f} %" + (
+        f" (mean of {len(ranks)} ranks)" if len(ranks) > 1 else ""
+    )
 
 
 def _job_rate(totals: dict[int, float], seconds: dict[int, float]) -> float:

@@ -361,9 +361,11 @@ class Aggregator:
                 into = taken if key[0] == subtree or key[0].startswith(below) else kept
                 found = into.get(key)
                 if found is None:
-                    into[key] = Tally(tally.total)
+                    into[key] = Tally(tally.total, tally.flops, tally.priced)
                 else:
                     found.total += tally.total
+                    found.flops += tally.flops
+                    found.priced += tally.priced
         if kept:
             self._counts.append(kept)
         return [taken] if taken else []

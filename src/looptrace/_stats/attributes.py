@@ -7,3 +7,7 @@ SPAN_NAME = "span.name"  # the last path segment, as the OpenTelemetry span-metr
 THREAD_ID = "thread.id"  # threading.get_ident() of the thread that timed the section
 THREAD_NAME = "thread.name"  # its name, e.g. MainThread
 SLOW_LAP = "looptrace.slow_lap"  # on a lap traced for its slowness: its time over the median
+# On a traced lap's span, the memory when it ended, in bytes: the process's peak resident
+# memory so far, and the CUDA allocator's peak allocated so far in the lap's window.
+HOST_PEAK_RSS = "looptrace.memory.host_peak_rss"
+DEVICE_PEAK_ALLOCATED = "looptrace.memory.device_peak_allocated"

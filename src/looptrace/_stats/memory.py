@@ -10,6 +10,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from looptrace._stats.attributes import DEVICE_PEAK_ALLOCATED, HOST_PEAK_RSS
+
 
 @dataclass(frozen=True, slots=True)
 class WindowMemory:
@@ -114,6 +116,29 @@ class MemoryReader:
         self._retries, self._ooms = retries, ooms
         return window
 
+    def lap(self) -> dict[str, int]:
+        """Return the memory attributes of a traced lap ending now (bytes), for its span.
+
+        The process's peak resident memory so far, always where the platform says; the CUDA
+        allocator's peak allocated so far in the window, where this reader reads and owns the
+        peak (so that it is the window's) and torch has initialised CUDA. No device
+        synchronisation; a device that cannot answer gives the host figure alone.
+        """
+        figures: dict[str, int] = {}
+        peak = host_peak()
+        if peak is not None:
+            figures[HOST_PEAK_RSS] = peak
+        if self.owns_peak and _owner() is self:
+            device = self._cuda()
+            if device is not None:
+                try:
+                    allocated = device[0]().get("allocated_bytes.all.peak")
+                except Exception:
+                    return figures
+                if isinstance(allocated, int):
+                    figures[DEVICE_PEAK_ALLOCATED] = allocated
+        return figures
+
     def _cuda(
         self,
     ) -> tuple[Callable[[], Mapping[str, Any]], Callable[[], None], Callable[[], Any]] | None:
@@ -155,14 +180,19 @@ def host_memory() -> tuple[int | None, int | None]:
             rss = int(statm.read().split()[1]) * _PAGE
     except (OSError, ValueError, IndexError):
         rss = None
+    peak = host_peak()
+    return rss, None if peak is None else max(peak, rss or 0)
+
+
+def host_peak() -> int | None:
+    """Return the most resident memory the process has held so far, in bytes (None: unknown)."""
     try:
         import resource  # noqa: PLC0415 - not on Windows
 
         peak_units = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     except (ImportError, OSError):
-        return rss, None
-    peak = peak_units if sys.platform == "darwin" else peak_units * 1024  # macOS: bytes
-    return rss, max(peak, rss or 0)
+        return None
+    return peak_units if sys.platform == "darwin" else peak_units * 1024  # macOS: bytes
 
 
 def _page_size() -> int:

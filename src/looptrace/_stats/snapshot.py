@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from looptrace._stats.buckets import BOUNDARIES_S
 from looptrace._stats.job import JobView
 from looptrace._stats.memory import WindowMemory
-from looptrace._stats.rates import RATE_STATS, Rate, rates_of, sum_counts
+from looptrace._stats.rates import RATE_STATS, Flops, Rate, flops_of, rates_of, sum_counts
 from looptrace._stats.roles import Roles
 from looptrace._stats.spread import SectionSpread
 from looptrace._stats.straggler import Straggler
@@ -93,8 +93,10 @@ class Snapshot(Mapping[str, SectionStats]):
     the ranks) and which ranks serve which metrics (`JobView`) in a cross-rank window.
 
     `rates` holds the units timers counted in the window (`Timer.count`), as `Rate`s per
-    path and unit. `memory` is the process's memory at the close (`WindowMemory`) for the
-    windows of every timer (`lt.reset()`, `shutdown()`); None for a timer's own window.
+    path and unit; `flops` is what their MFU is computed from (`configure(peak_flops=...,
+    flops_per_unit=...)`: none by default, so no MFU). `memory` is the process's memory at
+    the close (`WindowMemory`) for the windows of every timer (`lt.reset()`, `shutdown()`);
+    None for a timer's own window.
     `past` is what the live looptrace kept of the run before the window (`Past`: memory
     since the warm-up, earlier rates), for the diagnosis's memory creep and throughput drop;
     None where nothing was kept (a snapshot made elsewhere).
@@ -110,6 +112,7 @@ class Snapshot(Mapping[str, SectionStats]):
         "_stats",
         "across_ranks",
         "end_ns",
+        "flops",
         "job",
         "limits",
         "memory",
@@ -169,6 +172,7 @@ class Snapshot(Mapping[str, SectionStats]):
         # Units counted by (path, unit), per thread as handed over; summed when first read.
         self._counts: list[Mapping[tuple[str, str], Tally]] = list(counts)
         self._rates: Mapping[str, Mapping[str, Rate]] | None = None
+        self.flops = Flops()
         # The process's memory at the window's close (None: not read, e.g. a file's window).
         self.memory = memory
         # The run before this window, as the live looptrace kept it (None: not kept).
@@ -190,7 +194,9 @@ class Snapshot(Mapping[str, SectionStats]):
         if rates is None:
             totals = sum_counts(self._counts)
             window_s = (self.end_ns - self.start_ns) / 1e9
-            rates = rates_of(totals, self if totals else {}, window_s)
+            peak = self.flops.peak
+            costs = flops_of(self._counts, self.flops.per_unit) if totals and peak else None
+            rates = rates_of(totals, self if totals else {}, window_s, costs, peak)
             self._rates = rates
         return rates
 
@@ -261,7 +267,8 @@ class Snapshot(Mapping[str, SectionStats]):
 
         With cross-rank data, one more key, `"across_ranks"`, holds
         `{path: {"ranks": n, "absent": [...], stat: {min, max, mean, slowest_rank}}}`; with
-        units counted, `"rates"` holds `{path: {unit: {total, per_s, per_lap_s, per_lap}}}`.
+        units counted, `"rates"` holds `{path: {unit: {total, per_s, per_lap_s, per_lap}}}`
+        (and `mfu` where it is known).
         """
         data: dict[str, dict[str, Any]] = {path: stats.to_dict() for path, stats in self.items()}
         if self.across_ranks is not None:
@@ -293,9 +300,9 @@ class Snapshot(Mapping[str, SectionStats]):
         Statistics that are undefined for a window (NaN) are left out, since most loggers
         reject them. Every unit a timer counted (`Snapshot.rates`) adds `{prefix}.{path}.{unit}`
         (the total) and `.{unit}_per_s`, `.{unit}_per_lap_s`, `.{unit}_per_lap`
-        (`timing.root.train.tokens_per_s`). With `memory=True` the window's measured memory
-        figures (`Snapshot.memory`) are added as `{prefix}.memory.{figure}`
-        (`timing.memory.device_peak_allocated_bytes`).
+        (`timing.root.train.tokens_per_s`), and `.{unit}_mfu` where the MFU is known. With
+        `memory=True` the window's measured memory figures (`Snapshot.memory`) are added as
+        `{prefix}.memory.{figure}` (`timing.memory.device_peak_allocated_bytes`).
 
         Raises:
             ValueError: a statistic that is not one of `METRIC_STATS`, or a `sep` that is empty
@@ -360,7 +367,7 @@ class Snapshot(Mapping[str, SectionStats]):
 
 def rate_metric_names(unit: str) -> tuple[str, ...]:
     """Return the metric names of a unit's `RATE_STATS`: `tokens`, `tokens_per_s`, ..."""
-    return (unit, f"{unit}_per_s", f"{unit}_per_lap_s", f"{unit}_per_lap")
+    return (unit, f"{unit}_per_s", f"{unit}_per_lap_s", f"{unit}_per_lap", f"{unit}_mfu")
 
 
 def rate_metrics(
@@ -373,13 +380,13 @@ def rate_metrics(
         for unit, rate in units.items():
             for stat, metric in zip(RATE_STATS, rate_metric_names(levels(unit)), strict=True):
                 figure = getattr(rate, stat)
-                if not math.isnan(figure):
+                if figure is not None and not math.isnan(figure):
                     flat[f"{name}{sep}{metric}"] = figure
     return flat
 
 
 def rates_dict(rates: Mapping[str, Mapping[str, Rate]]) -> dict[str, dict[str, Any]]:
-    """Return `{path: {unit: {total, per_s, per_lap_s, per_lap}}}` as plain data."""
+    """Return `{path: {unit: {total, per_s, per_lap_s, per_lap[, mfu]}}}` as plain data."""
     return {
         path: {unit: rate.to_dict() for unit, rate in units.items()}
         for path, units in rates.items()
