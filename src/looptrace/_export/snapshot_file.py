@@ -33,8 +33,8 @@ class SnapshotFileWriter:
     `subtree` (that timer's path; its `step` counts that subtree's laps), `straggler` (the
     cross-rank window's `Straggler` as a dict) when there is one; `findings` holds
     the window's `Snapshot.diagnosis()` less its abstentions, when it found anything; where
-    units were counted `rates` (path -> unit -> `total`, `per_s`, `per_lap_s`, `per_lap`;
-    undefined as null), and for the windows of every timer `memory` (`WindowMemory` as a
+    units were counted `rates` (path -> unit -> `total`, `per_s`, `per_lap_s`, `per_lap`,
+    and `mfu` where known; undefined as null), and for the windows of every timer `memory` (`WindowMemory` as a
     dict, bytes). A
     window in which nothing was measured writes no line.
 
