@@ -75,6 +75,11 @@ def test_every_span_once_with_rank_thread_and_microseconds(
                 "span_id": f"{span.context.span_id:016x}",
                 **({"parent_span_id": f"{span.parent.span_id:016x}"} if span.parent else {}),
                 "looptrace.world_size": 1,
+                **{  # a lap's memory when it ended: traced laps carry it
+                    key: value
+                    for key, value in (span.attributes or {}).items()
+                    if key.startswith("looptrace.memory.")
+                },
             },
         }
     _assert_nested_per_tid(events)
