@@ -135,6 +135,15 @@ def memory(cap: Capture, rank: int, world: int, window: int) -> None:
     steps(cap, "memory", {"data": 0.005, "forward": 0.060, "backward": 0.035})
 
 
+def memory_some(cap: Capture, rank: int, world: int, window: int) -> None:
+    """Rank r > 0 peaks at r + 1 GiB allocated in 40 GiB reserved; rank 0 reads no device."""
+    allocator = ALLOCATOR[0]
+    allocator.use(0, 0)
+    allocator.reset_peak_memory_stats()
+    allocator.use((rank + 1) * GIB, 40 * GIB)
+    steps(cap, "memory_some", {"data": 0.005, "forward": 0.060, "backward": 0.035})
+
+
 ALLOCATOR: list[Allocator] = []  # the stand-in for torch's CUDA allocator, once installed
 
 Scenario = Callable[[Capture, int, int, int], None]
@@ -150,6 +159,8 @@ SCENARIOS: dict[str, tuple[Scenario, int, dict[str, Any]]] = {
     "throughput_drop": (throughput_drop, 5, {"wait_sections": ("backward",)}),
     # windows of every timer (`lt.reset`): those that carry memory
     "memory": (memory, 4, {"wait_sections": ("backward",), "device_memory": True}),
+    # rank 0 with device_memory=False (set in `main`): no device figure there
+    "memory_some": (memory_some, 1, {"wait_sections": ("backward",), "device_memory": True}),
 }
 
 
@@ -177,6 +188,9 @@ def window_result(snapshot: Any) -> dict[str, Any]:
             path: [spread.total.slowest_rank, spread.total.fastest_rank]
             for path, spread in snapshot.across_ranks.items()
         },
+        "memory": None
+        if snapshot.memory_across_ranks is None
+        else {k: v.to_dict() for k, v in snapshot.memory_across_ranks.items()},
     }
 
 
@@ -189,11 +203,12 @@ def main(store: str, out: str) -> None:
     ALLOCATOR.append(Allocator().install(setattr, torch.cuda))
     results: dict[str, Any] = {}
     for name, (run, windows, options) in SCENARIOS.items():
-        cap = capture(rank=info, **options)
+        chosen = {**options, "device_memory": info.rank != 0} if name == "memory_some" else options
+        cap = capture(rank=info, **chosen)
         results[name] = []
         for window in range(windows):
             run(cap, info.rank, info.world_size, window)
-            timer = cap.lt if name == "memory" else cap.lt.timer(name)
+            timer = cap.lt if name.startswith("memory") else cap.lt.timer(name)
             snapshot = timer.reset(across_ranks=True)
             results[name].append(window_result(snapshot))
         cap.lt.shutdown()

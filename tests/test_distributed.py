@@ -306,20 +306,21 @@ def test_bytes_per_rank_do_not_grow_with_the_world_size(
     smaller = {"calls": 9, "bytes": first["table_lost"]["bytes"] - 16 * 8}
     assert (
         moved[2]
-        == [{**first, "mismatched": {"calls": 8, "bytes": 4578 - 16 * 8}, "table_lost": smaller}]
+        == [{**first, "mismatched": {"calls": 8, "bytes": 4770 - 16 * 8}, "table_lost": smaller}]
         * 2
     )
-    assert first["mismatched"] == {"calls": 8, "bytes": 4578}
+    assert first["mismatched"] == {"calls": 8, "bytes": 4770}
     # a rank without the table: every rank sees the fingerprints differ and drops its table;
     # then a header, 32 slots, the window's 5 paths (26 bytes wide), a header, the three
     # statistics all_reduces over 5 paths and one MIN round for the 2 paths not every rank ran
     # (backward, checkpoint). Per path: the extremes (highest, lowest), the sums and the
     # counts, the slowest and fastest ranks and the straggler's total, and the job's histogram
     # (highest p50 and p90, lowest min, 47 bucket counts); per rank, not per path: 3 + 2 + 3
-    # values naming the straggler and 2 + 64 choosing the detail ranks.
+    # values naming the straggler, 2 + 64 choosing the detail ranks, and per memory figure
+    # (4) its highest and lowest value, its sum and count and the ranks holding both extremes.
     header = 4 * 8
     per_path = 8 * (2 * 6 + 2 * 6 + 1 + 2 * 6 + 1) + 8 * (3 + 47)
-    straggler = 8 * (3 + 2 + 3) + 8 * (2 + 64)
+    straggler = 8 * (3 + 2 + 3) + 8 * (2 + 64) + 8 * 4 * (2 + 2 + 2)
     assert first["table_lost"] == {
         "calls": 9,
         "bytes": 3 * header + 32 * 8 + 5 * 26 + 5 * per_path + straggler + 2 * 8,

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from looptrace import RankSpread, SectionSpread, SectionStats, Snapshot
+from looptrace import RankInfo, RankSpread, SectionSpread, SectionStats, Snapshot
+from looptrace._export.files import SnapshotFileWriter
 from looptrace._stats.snapshot import METRIC_STATS
 from looptrace._stats.spread import SPREAD_STATS
 from looptrace.testing import Capture
@@ -298,3 +301,45 @@ def test_step_is_the_lap_index_of_the_outermost_timer_at_the_cut(cap: Capture) -
     train.stop()
     steps.append((7, cap.lt.reset().step))
     assert steps == [(2, 2), (5, 5), (7, 7)]
+
+
+def _memory_snapshot(cap: Capture) -> Snapshot:
+    """Return a window reduced with the device peak of 2 ranks: 3 GiB on rank 1, 2 on rank 0."""
+    timer = cap.lt.timer("train")
+    timer.record("forward")
+    cap.clock.advance(0.1)
+    timer.stop()
+    snapshot: Snapshot = cap.lt.reset()
+    spread = RankSpread(2 << 30, 3 << 30, 2.5 * (1 << 30), 1, 0)
+    return snapshot.with_spreads({}, memory={"device_peak_allocated": spread})
+
+
+def test_as_metrics_with_memory_across_ranks(cap: Capture) -> None:
+    """memory=True adds each figure's spread as memory.{figure}_bytes.*_rank; else nothing."""
+    flat = _memory_snapshot(cap).as_metrics(prefix="t", sep="/", memory=True)
+    assert {k: v for k, v in flat.items() if "device_peak_allocated" in k} == {
+        "t/memory/device_peak_allocated_bytes/min_rank": float(2 << 30),
+        "t/memory/device_peak_allocated_bytes/max_rank": float(3 << 30),
+        "t/memory/device_peak_allocated_bytes/mean_rank": 2.5 * (1 << 30),
+        "t/memory/device_peak_allocated_bytes/slowest_rank": 1.0,
+        "t/memory/device_peak_allocated_bytes/fastest_rank": 0.0,
+    }
+    assert not any("memory" in k for k in _memory_snapshot(cap).as_metrics())
+
+
+def test_the_snapshot_file_records_memory_across_ranks(cap: Capture, tmp_path: Path) -> None:
+    """A cross-rank window's line holds `memory_across_ranks`: figure -> the spread as a dict."""
+    path = tmp_path / "snapshots.jsonl"
+    writer = SnapshotFileWriter(path, RankInfo(rank=0, world_size=2))
+    writer(_memory_snapshot(cap))
+    writer.close()
+    line = json.loads(path.read_text())
+    assert line["memory_across_ranks"] == {
+        "device_peak_allocated": {
+            "min": 2 << 30,
+            "max": 3 << 30,
+            "mean": 2.5 * (1 << 30),
+            "slowest_rank": 1,
+            "fastest_rank": 0,
+        }
+    }

@@ -15,6 +15,7 @@ import pytest
 pytest.importorskip("torch.distributed", reason="needs torch (the test extra)")
 
 from tests import straggler_worker
+from tests.allocator import GIB
 from tests.straggler_worker import CHRONIC_SLOW, slow_rank
 
 WORKER = Path(straggler_worker.__file__)
@@ -271,3 +272,49 @@ def test_memory_creep_and_pressure_name_the_rank_that_has_them(job: Any) -> None
                 "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True against fragmentation",
             },
         ]
+
+
+def spread(low: float, high: float, mean: float, most: int, least: int) -> dict[str, Any]:
+    """Return a `RankSpread` as a dict: `most` holds `high`, `least` holds `low`."""
+    return {"min": low, "max": high, "mean": mean, "slowest_rank": most, "fastest_rank": least}
+
+
+def test_memory_across_ranks_names_the_rank_with_the_most(job: Any) -> None:
+    """Every rank gets each device figure's exact min, max, mean and the ranks holding them."""
+    world, results = job
+    slow = slow_rank(world)
+    windows = [[w["memory"] for w in r["memory"]] for r in results]
+    assert all(w == windows[0] for w in windows)  # reduced: the same on every rank
+    last = windows[0][3]
+    # window 3: the slow rank peaks at 12 GiB in 76 GiB reserved, every other rank 10 in 40
+    assert last["device_peak_allocated"] == spread(
+        10 * GIB, 12 * GIB, (10 * (world - 1) + 12) * GIB / world, slow, 0
+    )
+    assert last["device_peak_reserved"] == spread(
+        40 * GIB, 76 * GIB, (40 * (world - 1) + 76) * GIB / world, slow, 0
+    )
+    for figure in ("host_rss", "host_peak_rss"):  # the real process's: every rank measures it
+        host = last[figure]
+        assert 0 < host["min"] <= host["mean"] <= host["max"]
+        assert {host["slowest_rank"], host["fastest_rank"]} <= set(range(world))
+    # a timer's own window reads no memory: nothing to spread, no figure as 0
+    assert {json.dumps(w["memory"]) for w in alike(results, "healthy")} == {"{}"}
+
+
+def test_a_figure_a_rank_did_not_measure_counts_nowhere(job: Any) -> None:
+    """Rank 0 reads no device figure: min and mean come from ranks 1.. alone, not from a 0."""
+    world, results = job
+    [window] = [w["memory"] for w in results[0]["memory_some"]]
+    assert all([w["memory"] for w in r["memory_some"]] == [window] for r in results)
+    measured = range(1, world)
+    assert window["device_peak_allocated"] == spread(
+        2 * GIB, world * GIB, sum(r + 1 for r in measured) * GIB / len(measured), world - 1, 1
+    )
+    # a tie: the lowest rank that measured it, not rank 0
+    assert window["device_peak_reserved"] == spread(40 * GIB, 40 * GIB, 40 * GIB, 1, 1)
+    assert set(window) == {
+        "host_rss",
+        "host_peak_rss",
+        "device_peak_allocated",
+        "device_peak_reserved",
+    }

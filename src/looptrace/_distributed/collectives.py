@@ -16,6 +16,7 @@ import torch.distributed as dist
 
 from looptrace._distributed import detail as _detail
 from looptrace._distributed import job as _job
+from looptrace._distributed import memory as _memory
 from looptrace._distributed import straggler as _straggler
 from looptrace._distributed.job import Scale
 from looptrace._distributed.path_table import PathTable
@@ -37,6 +38,7 @@ _STATS = len(SPREAD_STATS)
 _TABLE = PathTable()
 _LOCK = threading.Lock()
 _Found = _straggler.Found | None
+_Memory = dict[str, RankSpread] | None
 
 
 @dataclass
@@ -160,7 +162,9 @@ def reduce(snapshot: Snapshot, window: int = 0, scale: Scale | None = None) -> S
     with _LOCK:
         table = _TABLE.state()
         try:
-            result, found, job = _run(snapshot, wire, rank, world, window=window, scale=scale)
+            result, found, job, memory = _run(
+                snapshot, wire, rank, world, window=window, scale=scale
+            )
         except Misaligned as misaligned:
             if window != misaligned.latest:
                 WINDOWS.owe(snapshot.subtree, _behind(window, misaligned.latest))
@@ -175,7 +179,7 @@ def reduce(snapshot: Snapshot, window: int = 0, scale: Scale | None = None) -> S
                 _run(empty, wire, rank, world, window=window, scale=scale)
             raise
     straggler = None if found is None else found.commit()
-    return snapshot.with_spreads(result, straggler, job)
+    return snapshot.with_spreads(result, straggler, job, memory)
 
 
 def _behind(window: int, latest: int) -> int:
@@ -185,20 +189,28 @@ def _behind(window: int, latest: int) -> int:
 
 def _run(
     snapshot: Snapshot, wire: _Wire, rank: int, world: int, *, window: int, scale: Scale
-) -> tuple[dict[str, SectionSpread], _Found, JobView | None]:
+) -> tuple[dict[str, SectionSpread], _Found, JobView | None, _Memory]:
     """Agree on the table, then reduce over it; the collectives depend on agreed data only."""
     _TABLE.agree(snapshot, wire.all_reduce, rank=rank, world=world, window=window)
-    return _reduce(snapshot, wire, rank, world, scale)
+    held = _memory.Figures.of(snapshot.memory, rank, world) if len(_TABLE) else None
+    return _reduce(snapshot, wire, rank, world, scale, held=held)
 
 
 def _reduce(
-    snapshot: Snapshot, wire: _Wire, rank: int, world: int, scale: Scale
-) -> tuple[dict[str, SectionSpread], _Found, JobView | None]:
+    snapshot: Snapshot,
+    wire: _Wire,
+    rank: int,
+    world: int,
+    scale: Scale,
+    *,
+    held: _memory.Figures | None,
+) -> tuple[dict[str, SectionSpread], _Found, JobView | None, _Memory]:
     """Reduce this rank's statistics over the agreed table; every rank gets the same result.
 
     Each collective also carries a few values per rank (not per path) that name the window's
-    straggler (`looptrace._distributed.straggler`) and choose the ranks that serve detail
-    (`looptrace._distributed.detail`), and per path the job's histogram
+    straggler (`looptrace._distributed.straggler`), choose the ranks that serve detail
+    (`looptrace._distributed.detail`) and spread the job's memory
+    (`looptrace._distributed.memory`), and per path the job's histogram
     (`looptrace._distributed.job`); a window whose table is empty has none of them.
     """
     rows = len(_TABLE)
@@ -218,7 +230,8 @@ def _reduce(
         extremes,
         _job.extremes(snapshot, rows, row_of)
         + (mine.extremes() if mine else [])
-        + (slow.extremes() if slow else []),
+        + (slow.extremes() if slow else [])
+        + (held.extremes() if held else []),
     )
     wire.all_reduce(extremes, dist.ReduceOp.MAX)
     highest = extremes[:grid].view(rows, _STATS)
@@ -226,15 +239,19 @@ def _reduce(
     tail = extremes[2 * grid + jobs :].tolist()
     sums = torch.cat([local.where(has, 0.0), has.double(), here.view(-1, 1)], dim=1).view(-1)
     columns = 2 * _STATS + 1
-    binned = slow.sums(tail[:3], tail[3:]) if slow else []
+    binned = slow.sums(tail[:3], tail[3:5]) if slow else []
     sums = _with_tail(
-        sums, _job.buckets(snapshot, rows, row_of) + (mine.sums() if mine else []) + binned
+        sums,
+        _job.buckets(snapshot, rows, row_of)
+        + (mine.sums() if mine else [])
+        + binned
+        + (held.sums() if held else []),
     )
     wire.all_reduce(sums, dist.ReduceOp.SUM)
     after = rows * columns + rows * _job.BUCKETS
     if mine is not None and slow is not None:
         mine.reduced(tail[:3], sums[after : after + 2].tolist())
-        slow.counted(sums[after + 2 :].tolist())
+        slow.counted(sums[after + 2 : after + 2 + len(binned)].tolist())
     # the lowest rank holding the highest value and the lowest value: MAX over negated ranks
     nobody = torch.full_like(local, -float(world))
     slowest_holders = nobody.where(~(has & (local == highest)), -rank)
@@ -245,8 +262,8 @@ def _reduce(
         column = SPREAD_STATS.index("total")
         owns = has[:, column] & mine.straggler
         totals_column = local[:, column].where(owns, -math.inf)
-        straggler_tail = torch.tensor(mine.holders(), dtype=torch.float64)
-        holders = torch.cat([holders, totals_column, straggler_tail])
+        holders = _with_tail(torch.cat([holders, totals_column]), mine.holders())
+    holders = _with_tail(holders, held.holders(tail[5:]) if held else [])
     wire.all_reduce(holders, dist.ReduceOp.MAX)
     totals = sums[: rows * columns].view(rows, columns).tolist()
     ranks = [int(row[-1]) for row in totals]
@@ -267,14 +284,27 @@ def _reduce(
                 row[SPREAD_STATS.index("total")] if n > 0 else math.nan
                 for row, n in zip(totals, ranks, strict=True)
             ],
-            holders[2 * grid + rows :].tolist(),
+            holders[2 * grid + rows : 2 * grid + rows + 3].tolist(),
         )
     job = _job_view(
         scale, rank, present, (totals, bounds[0]), (extremes, sums), found=found, slow=slow
     )
     if rows > 2 * len(present) + 64:  # paths gone from every rank: forget them alike
         _TABLE.keep(present)
-    return result, found, job
+    return result, found, job, _memory_of(held, tail[5:], sums, holders)
+
+
+def _memory_of(
+    held: _memory.Figures | None, extremes: list[float], sums: torch.Tensor, holders: torch.Tensor
+) -> _Memory:
+    """Return the spread of the job's memory figures: the reduced values end each tensor."""
+    if held is None:
+        return None
+    return held.spreads(
+        extremes,
+        sums[len(sums) - _memory.SUMS :].tolist(),
+        holders[len(holders) - _memory.HOLDERS :].tolist(),
+    )
 
 
 def _local_values(

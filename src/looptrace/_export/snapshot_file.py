@@ -34,8 +34,10 @@ class SnapshotFileWriter:
     cross-rank window's `Straggler` as a dict) when there is one; `findings` holds
     the window's `Snapshot.diagnosis()` less its abstentions, when it found anything; where
     units were counted `rates` (path -> unit -> `total`, `per_s`, `per_lap_s`, `per_lap`,
-    and `mfu` where known; undefined as null), and for the windows of every timer `memory` (`WindowMemory` as a
-    dict, bytes). A
+    and `mfu` where known; undefined as null), and for the windows of every timer `memory`
+    (`WindowMemory` as a dict, bytes) and, reduced across ranks, `memory_across_ranks`
+    (figure -> its `RankSpread` as a dict: min, max, mean, slowest_rank holding the most;
+    figures no rank measured left out). A
     window in which nothing was measured writes no line.
 
     `reset()` only queues its window; a thread of its own encodes and writes the lines, in
@@ -132,6 +134,11 @@ class SnapshotFileWriter:
         if snapshot.across_ranks is not None:  # reset(across_ranks=True): the job's spread
             record["across_ranks"] = {
                 path: _json_safe(spread.to_dict()) for path, spread in snapshot.across_ranks.items()
+            }
+        if snapshot.memory_across_ranks:  # reset(across_ranks=True): the job's memory (bytes)
+            record["memory_across_ranks"] = {
+                figure: _json_safe(spread.to_dict())
+                for figure, spread in snapshot.memory_across_ranks.items()
             }
         if snapshot.straggler is not None:  # the rank the others waited for
             record["straggler"] = _json_safe(snapshot.straggler.to_dict())

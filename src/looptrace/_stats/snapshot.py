@@ -15,7 +15,7 @@ from looptrace._stats.job import JobView
 from looptrace._stats.memory import WindowMemory
 from looptrace._stats.rates import RATE_STATS, Flops, Rate, flops_of, rates_of, sum_counts
 from looptrace._stats.roles import Roles
-from looptrace._stats.spread import SectionSpread
+from looptrace._stats.spread import RankSpread, SectionSpread
 from looptrace._stats.straggler import Straggler
 from looptrace._stats.tally import Tally
 from looptrace._stats.thresholds import DEFAULTS, thresholds
@@ -96,7 +96,10 @@ class Snapshot(Mapping[str, SectionStats]):
     path and unit; `flops` is what their MFU is computed from (`configure(peak_flops=...,
     flops_per_unit=...)`: none by default, so no MFU). `memory` is the process's memory at
     the close (`WindowMemory`) for the windows of every timer (`lt.reset()`, `shutdown()`);
-    None for a timer's own window.
+    None for a timer's own window. In a cross-rank window `memory_across_ranks` holds, per
+    figure some rank measured (`host_rss`, `host_peak_rss`, `device_peak_allocated`,
+    `device_peak_reserved`), its `RankSpread` over the ranks that measured it (min, max, mean,
+    `slowest_rank`: the rank holding the most, `fastest_rank`: the least); None otherwise.
     `past` is what the live looptrace kept of the run before the window (`Past`: memory
     since the warm-up, earlier rates), for the diagnosis's memory creep and throughput drop;
     None where nothing was kept (a snapshot made elsewhere).
@@ -116,6 +119,7 @@ class Snapshot(Mapping[str, SectionStats]):
         "job",
         "limits",
         "memory",
+        "memory_across_ranks",
         "past",
         "rank",
         "roles",
@@ -175,6 +179,8 @@ class Snapshot(Mapping[str, SectionStats]):
         self.flops = Flops()
         # The process's memory at the window's close (None: not read, e.g. a file's window).
         self.memory = memory
+        # How the memory figures spread over the ranks (`reset(across_ranks=True)`; else None).
+        self.memory_across_ranks: Mapping[str, RankSpread] | None = None
         # The run before this window, as the live looptrace kept it (None: not kept).
         self.past: Past | None = None
 
@@ -302,7 +308,9 @@ class Snapshot(Mapping[str, SectionStats]):
         (the total) and `.{unit}_per_s`, `.{unit}_per_lap_s`, `.{unit}_per_lap`
         (`timing.root.train.tokens_per_s`), and `.{unit}_mfu` where the MFU is known. With
         `memory=True` the window's measured memory figures (`Snapshot.memory`) are added as
-        `{prefix}.memory.{figure}` (`timing.memory.device_peak_allocated_bytes`).
+        `{prefix}.memory.{figure}` (`timing.memory.device_peak_allocated_bytes`), and in a
+        cross-rank window their spread as `{prefix}.memory.{figure}.max_rank`, `.min_rank`,
+        `.mean_rank`, `.slowest_rank` (the rank holding the most) and `.fastest_rank`.
 
         Raises:
             ValueError: a statistic that is not one of `METRIC_STATS`, or a `sep` that is empty
@@ -330,6 +338,10 @@ class Snapshot(Mapping[str, SectionStats]):
         if memory and self.memory is not None:
             for key, value in self.memory.metrics().items():
                 flat[f"{head}memory{sep}{key}"] = value
+        if memory and self.memory_across_ranks is not None:
+            for figure, figure_spread in self.memory_across_ranks.items():
+                for key, value in figure_spread.metrics("").items():
+                    flat[sep.join((f"{head}memory", f"{figure}_bytes", key[1:]))] = value
         return flat
 
     def with_spreads(
@@ -337,6 +349,7 @@ class Snapshot(Mapping[str, SectionStats]):
         across_ranks: Mapping[str, SectionSpread],
         straggler: Straggler | None = None,
         job: JobView | None = None,
+        memory: Mapping[str, RankSpread] | None = None,
     ) -> Snapshot:
         """Return a copy of this snapshot that carries cross-rank data."""
         self._ready()  # the copy shares the statistics
@@ -344,6 +357,7 @@ class Snapshot(Mapping[str, SectionStats]):
         reduced.across_ranks = MappingProxyType(dict(sorted(across_ranks.items())))
         reduced.straggler = straggler
         reduced.job = job
+        reduced.memory_across_ranks = None if memory is None else MappingProxyType(dict(memory))
         return reduced
 
     def diagnosis(self, **overrides: float) -> list[Finding]:
