@@ -63,6 +63,7 @@ def gathered_spreads(path_lists: list[list[str]], union: list[str], matrix: Any)
     ranks = torch.arange(world).view(-1, 1, 1).expand_as(matrix)
     slowest = torch.where(present & (matrix == highest), ranks, world).min(dim=0).values
     lowest = torch.where(present, matrix, math.inf).min(dim=0).values
+    fastest = torch.where(present & (matrix == lowest), ranks, world).min(dim=0).values
     means = torch.where(present, matrix, 0.0).sum(dim=0) / counts
     sets = [set(paths) for paths in path_lists]
     result = {}
@@ -70,7 +71,11 @@ def gathered_spreads(path_lists: list[list[str]], union: list[str], matrix: Any)
         gone = tuple(r for r in range(world) if path not in sets[r])
         per_stat = {
             stat: RankSpread(
-                float(lowest[i, j]), float(highest[i, j]), float(means[i, j]), int(slowest[i, j])
+                float(lowest[i, j]),
+                float(highest[i, j]),
+                float(means[i, j]),
+                int(slowest[i, j]),
+                int(fastest[i, j]),
             )
             for j, stat in enumerate(SPREAD_STATS)
         }
@@ -102,11 +107,18 @@ def same_spreads(a: Any, b: Any) -> bool:
         for stat, value in da[path].items():
             other = db[path][stat]
             if isinstance(value, dict):
-                if any(not math.isclose(value[k], other[k], rel_tol=1e-9) for k in value):
+                if any(not _same(value[k], other[k]) for k in value):
                     return False
             elif value != other:
                 return False
     return True
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Return whether two values of a spread agree: floats to 1e-9 relative, ranks exactly."""
+    if isinstance(a, float) and isinstance(b, float):
+        return math.isclose(a, b, rel_tol=1e-9) or (math.isnan(a) and math.isnan(b))
+    return bool(a == b)
 
 
 def gathered_bytes(world: int, paths: list[str]) -> int:
