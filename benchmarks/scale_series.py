@@ -137,6 +137,8 @@ def measure_job_series(worlds: list[int]) -> dict[str, Any]:
     for design, by_world in measured.items():
         kinds = by_world[max(worlds)]
         extrapolated[design] = {}
+        if DESIGNS[design] != "all" and kinds["detail_ranks"] >= max(worlds):
+            continue  # every measured rank served detail: nothing says what the others serve
         for world in EXTRAPOLATE:
             detail = kinds["detail_ranks"] if DESIGNS[design] != "all" else world
             total = (
@@ -167,6 +169,8 @@ def print_job_series(report: dict[str, Any]) -> None:
             )
     print(f"extrapolated (goal: at most {GOAL:,} series at 16,384 ranks, at the defaults)")
     for design, by_world in report["extrapolated"].items():
+        if not by_world:
+            print(f"  {design:<28} not extrapolated: every rank measured served full detail")
         for world, e in by_world.items():
             print(
                 f"  {design:<28} {world:>6} ranks: {e['total']:>12,} series, "
