@@ -9,12 +9,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import pytest
-
 from tests import gloo_files_worker
+from tests.processes import finish_ranks
 
 WORKER = Path(gloo_files_worker.__file__)
 JOB_TIMEOUT_S = 180  # a hang guard, not a speed claim
@@ -42,21 +40,7 @@ def start(directory: Path, store: Path, go: Path | None = None) -> list[subproce
 
 def finish(procs: list[subprocess.Popen[bytes]]) -> None:
     """Wait for the ranks (killing them past the guard) and check that each exited with 0."""
-    deadline = time.monotonic() + JOB_TIMEOUT_S
-    outputs = []
-    try:
-        for proc in procs:
-            out, _ = proc.communicate(timeout=max(deadline - time.monotonic(), 1))
-            outputs.append(out.decode(errors="replace"))
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"the 2-rank job did not finish in {JOB_TIMEOUT_S} s (a hang)")
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    for rank, (proc, out) in enumerate(zip(procs, outputs, strict=True)):
-        assert proc.returncode == 0, f"rank {rank} failed:\n{out}"
+    finish_ranks(procs, JOB_TIMEOUT_S)
 
 
 def kill(procs: list[subprocess.Popen[bytes]]) -> None:

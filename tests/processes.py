@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+
+import pytest
 
 
 def bare_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -17,3 +21,22 @@ def bare_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
         env["PYTHONPATH"] = os.environ["PYTHONPATH"]
     env.update(extra or {})
     return env
+
+
+def finish_ranks(procs: Sequence[subprocess.Popen[bytes]], timeout_s: float) -> None:
+    """Wait for a job's ranks (killing them past the hang guard); each must exit with 0."""
+    deadline = time.monotonic() + timeout_s
+    outputs = []
+    try:
+        for proc in procs:
+            out, _ = proc.communicate(timeout=max(deadline - time.monotonic(), 1))
+            outputs.append(out.decode(errors="replace"))
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"a {len(procs)}-rank job did not finish in {timeout_s} s (a hang)")
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    for rank, (proc, out) in enumerate(zip(procs, outputs, strict=True)):
+        assert proc.returncode == 0, f"rank {rank} failed:\n{out}"

@@ -7,7 +7,6 @@ import math
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ from looptrace._stats.spread import SPREAD_STATS
 # The test extra's torch; CI's other Python versions run without it (.ci/other-pythons).
 pytest.importorskip("torch.distributed", reason="needs torch (the test extra)")
 from tests import rank_worker
+from tests.processes import finish_ranks
 
 WORKER = Path(rank_worker.__file__)
 JOB_TIMEOUT_S = 120
@@ -105,21 +105,7 @@ def run_job(
         procs.append(
             subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         )
-    deadline = time.monotonic() + JOB_TIMEOUT_S
-    outputs = []
-    try:
-        for proc in procs:
-            out, _ = proc.communicate(timeout=max(deadline - time.monotonic(), 1))
-            outputs.append(out.decode(errors="replace"))
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"a {world}-rank job did not finish in {JOB_TIMEOUT_S} s (a hang)")
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    for rank, (proc, out) in enumerate(zip(procs, outputs, strict=True)):
-        assert proc.returncode == 0, f"rank {rank} failed:\n{out}"
+    finish_ranks(procs, JOB_TIMEOUT_S)
     return [json.loads((workdir / f"{rank}").read_text()) for rank in range(world)]
 
 

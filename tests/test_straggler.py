@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ pytest.importorskip("torch.distributed", reason="needs torch (the test extra)")
 
 from tests import straggler_worker
 from tests.allocator import GIB
+from tests.processes import finish_ranks
 from tests.straggler_worker import CHRONIC_SLOW, slow_rank
 
 WORKER = Path(straggler_worker.__file__)
@@ -39,21 +39,7 @@ def run_job(world: int, workdir: Path) -> list[dict[str, list[dict[str, Any]]]]:
         procs.append(
             subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         )
-    deadline = time.monotonic() + JOB_TIMEOUT_S
-    outputs = []
-    try:
-        for proc in procs:
-            out, _ = proc.communicate(timeout=max(deadline - time.monotonic(), 1))
-            outputs.append(out.decode(errors="replace"))
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"a {world}-rank job did not finish in {JOB_TIMEOUT_S} s (a hang)")
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    for rank, (proc, out) in enumerate(zip(procs, outputs, strict=True)):
-        assert proc.returncode == 0, f"rank {rank} failed:\n{out}"
+    finish_ranks(procs, JOB_TIMEOUT_S)
     return [json.loads((workdir / f"{rank}").read_text()) for rank in range(world)]
 
 
