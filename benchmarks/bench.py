@@ -57,6 +57,8 @@ from peers import megatron, record_function
 from reset_outputs import reset_with_outputs
 from tests.otlp_server import StalledServer
 
+from looptrace._core.build import core_kind
+
 
 def time_cases(cases: list[Case], rounds: int, steps: int) -> None:
     """Warm each case up, then time `rounds` samples of `steps` steps, in random order per round."""
@@ -167,8 +169,11 @@ def main(argv: list[str] | None = None) -> int:
 
     targets = targets_of(rows, extra)
     print_report(rows, extra, targets)
+    core = core_kind()
+    print(f"\nmeasured on the {core} core (users' figures come from the compiled one)")
     result = {
         "python": sys.version.split()[0],
+        "core": core,
         "cpus": os.cpu_count(),
         "quick": args.quick,
         "rounds": rounds,

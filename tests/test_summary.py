@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from looptrace import Section, SectionStats, Snapshot, configure
+from looptrace import RankInfo, Section, SectionStats, Snapshot, configure
 from looptrace._cli import main
 from looptrace._offline.reader import Window, load_windows, open_inputs
 from looptrace._offline.span_records import load_spans
@@ -395,3 +395,34 @@ def test_a_section_cut_by_many_resets_keeps_its_time(
         ["root.training", "1", "510", "ms", "510", "ms", "510", "ms", "510", "ms", "0", "ns"],
         ["data", "1", "500", "ms", "500", "ms", "500", "ms", "500", "ms", "98.0", "500", "ms"],
     ]
+
+
+def test_another_ranks_laps_are_not_children_of_rank_0s(tmp_path: Path) -> None:
+    """With a run id every rank's lap names rank 0's as its parent: self time stays per rank."""
+    for rank in (0, 1):
+        clock = FakeClock(start_s=0.0)
+        lt = configure(
+            clock=clock,
+            trace_every=1,
+            run_id="run-1",
+            rank=RankInfo(rank=rank, world_size=2),
+            trace_file=tmp_path / "spans.jsonl",
+        )
+        train = lt.timer("training")
+        train.record()
+        for _ in range(2):
+            with train.section("forward"):
+                clock.advance(0.1)
+            clock.advance(0.5)  # outside any section: the lap's self time
+            train.record()
+        train.stop()
+        lt.shutdown()
+    warnings: list[str] = []
+    _, files = open_inputs([str(p) for p in sorted(tmp_path.glob("spans*.jsonl"))], warnings.append)
+    summary = summarize_spans(load_spans(files, warnings.append))
+    assert warnings == []
+    assert summary.combined["root.training"].self_time == pytest.approx(2.0)
+    assert {rank: paths["root.training"].self_time for rank, paths in summary.per_rank.items()} == {
+        0: pytest.approx(1.0),
+        1: pytest.approx(1.0),
+    }

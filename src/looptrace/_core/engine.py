@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from opentelemetry import trace
+from opentelemetry.context import Context
 
 from looptrace._core import ranges as _ranges
 from looptrace._core.clock import Clock, EpochAnchor
@@ -26,6 +27,7 @@ from looptrace._core.spans import LapSpans
 from looptrace._core.states import States
 from looptrace._core.windows import Windows
 from looptrace._stats.aggregator import Aggregator
+from looptrace._stats.attributes import STEP_OF
 from looptrace._stats.health import Incidents
 
 if TYPE_CHECKING:
@@ -144,10 +146,15 @@ class Engine:
         now: int,
         parent: Interval | None,
         node_state: NodeState | None = None,
+        *,
+        implicit: bool = False,
     ) -> Interval:
         """Start an interval of `node` at `now`, nested in `parent` (None: a new outermost lap).
 
         `node_state` is the state of `node` in this thread, if the caller has it at hand.
+        `implicit`: a step of a never-lapped timer that a section entry starts, which ends
+        with that section (`Interval.implicit`). On the host it has no span of its own: its
+        context waits for the section, whose span is the step's root (one span a request).
         """
         if node_state is None:
             node_state = find(state, node) or state.node(node)
@@ -155,16 +162,19 @@ class Engine:
             _ranges.find_profiler()
             step = node_state.next_lap()
             context = self.spans.lap_context(node, step)
+            thread: dict[str, str | int] | None = state.thread
         else:
             step = parent.step
-            no_trace = parent.span is None and parent.device is None
+            no_trace = parent.span is None and parent.device is None and parent.context is None
             context = None if no_trace else self.spans.child_context(parent)
+            thread = step_root(state, parent)
         if node.device and self.device.available():
             interval = Interval(node, node_state, parent, now, step, None)
             self.device.open(state, interval, context, now)
         else:
-            thread = state.thread if parent is None else None  # sections share their lap's
-            span = None if context is None else self.spans.start(node, context, now, step, thread)
+            span = None
+            if context is not None and not implicit:
+                span = self.spans.start(node, context, now, step, thread)
             spare = node_state.spare
             if spare is None:
                 interval = Interval(node, node_state, parent, now, step, span)
@@ -172,22 +182,33 @@ class Engine:
                 node_state.spare = None
                 interval = spare.restart(parent, now, step, span)
         if parent is None:
-            if context is not None and self.step_traces is not None:
-                self.step_traces.done()  # a device lap's span comes later, without pinned ids
-            state.outermost.append(interval)
-            slow = self.slow
-            if (
-                slow is not None
-                and interval.device is None
-                and (context is not None or self.spans.spans_read())
-            ):
-                slow.begin(state, interval, record=context is None)
+            self._lap_started(state, interval, context, implicit)
         else:
             parent.children.append(interval)
+            if thread is not None and self.step_traces is not None:
+                self.step_traces.done()  # (the ids its never-lapped step's context pinned)
         node_state.stack.append(interval)
         if _ranges.active():
             _ranges.begin(interval)
         return interval
+
+    def _lap_started(
+        self, state: ThreadState, interval: Interval, context: Context | None, implicit: bool
+    ) -> None:
+        """Keep a new outermost `interval` (of trace `context`) running, watched if slow."""
+        interval.implicit = implicit
+        if implicit and interval.device is None:
+            interval.context = context  # (its section's span takes the pinned ids)
+        elif context is not None and self.step_traces is not None:
+            self.step_traces.done()  # a device lap's span comes later, without pinned ids
+        state.outermost.append(interval)
+        slow = self.slow
+        if (
+            slow is not None
+            and interval.device is None
+            and (context is not None or self.spans.spans_read())
+        ):
+            slow.begin(state, interval, record=context is None)
 
     def end(
         self,
@@ -247,7 +268,8 @@ class Engine:
         discard(node_state.stack, interval)  # (see `slot_list`)
         span = interval.span
         if span is not None:
-            if parent is None:  # a traced lap: with the memory at its end
+            if parent is None or (parent.implicit and parent.context is not None):
+                # a traced lap, or the section a never-lapped timer's step is: with the memory
                 self.spans.end_lap(span, now, error, cut=cut)
             else:
                 self.spans.end(span, now, error, cut=cut)
@@ -267,6 +289,7 @@ class Engine:
         node_state = interval.state
         if interval.implicit:  # a section started it; a lap makes its laps the user's
             interval.implicit = False
+            interval.context = None
             node_state.lapped = True
         in_place = (
             self.in_place
@@ -398,17 +421,27 @@ class Engine:
             current = mine.stack[-1]
         else:
             parent = self.parent_for(state, owner)
-            current = self.start(state, owner, now, parent)
+            implicit = entry and parent is None and (mine is None or not mine.lapped)
+            current = self.start(state, owner, now, parent, mine, implicit=implicit)
             if not entry:
                 current.state.lapped = True
-            elif parent is None and not current.state.lapped:
-                current.implicit = True
         if current.children:
             # Ending a sibling removes only that sibling from the list, behind this iterator.
             for sibling in reversed(current.children):
                 if sibling.node is not child:
                     self.end(state, sibling, now)
         return current
+
+
+def step_root(state: ThreadState, parent: Interval) -> dict[str, str | int] | None:
+    """Return what the span of a section of `parent` carries as its step's root, else None.
+
+    Sections share their lap's thread; the section a traced step of a never-lapped timer
+    waits for (`Engine.start`) is that step's root span, and carries what its span would.
+    """
+    if parent.implicit and parent.context is not None:
+        return {**state.thread, STEP_OF: parent.node.path}
+    return None
 
 
 def reuse(interval: Interval) -> None:

@@ -33,7 +33,7 @@ from looptrace._core.clock import EpochAnchor
 from looptrace._core.ids import StepTraces
 from looptrace._core.intervals import discard
 from looptrace._core.spans import end_span
-from looptrace._stats.attributes import SLOW_LAP, STEP, THREAD_ID
+from looptrace._stats.attributes import SLOW_LAP, STEP, STEP_OF, THREAD_ID
 from looptrace._stats.health import Incidents
 
 if TYPE_CHECKING:
@@ -64,7 +64,7 @@ MAX_RECORD: Final = 65_536
 class Candidate:
     """A slow lap waiting for its window to end: what its export needs, and its ratio."""
 
-    __slots__ = ("entries", "memory", "ratio", "start", "step", "timer")
+    __slots__ = ("entries", "implicit", "memory", "ratio", "start", "step", "timer")
 
     def __init__(  # noqa: PLR0917 - a record of one slow lap, made in one place
         self,
@@ -74,6 +74,7 @@ class Candidate:
         ratio: float,
         entries: list[Entry],
         memory: dict[str, int],
+        implicit: bool = False,
     ) -> None:
         self.timer = timer
         self.start = start
@@ -81,6 +82,8 @@ class Candidate:
         self.ratio = ratio
         self.entries = entries  # its subtree's intervals in the order they ended, itself last
         self.memory = memory  # the memory attributes when it ended (`LapSpans.memory`)
+        # A never-lapped timer's step (`Interval.implicit`): its one section is the root span.
+        self.implicit = implicit
 
 
 class Durations:
@@ -250,7 +253,7 @@ class SlowLaps:
         if not entries or entries[-1][0] is not lap.node:
             entries.append((lap.node, lap.start, now, None))
         memory = {} if self.memory is None else self.memory()
-        candidate = Candidate(lap.node, lap.start, lap.step, ratio, entries, memory)
+        candidate = Candidate(lap.node, lap.start, lap.step, ratio, entries, memory, lap.implicit)
         if place == len(candidates):
             candidates.append(candidate)
         else:
@@ -276,8 +279,10 @@ class SlowLaps:
             entries = candidate.entries
             children = nest(entries)
             root = len(entries) - 1
+            if candidate.implicit and len(children[root]) == 1:
+                root = children[root][0]  # the section a never-lapped timer's step is
             spans: list[trace.Span | None] = [None] * len(entries)
-            spans[root] = self._lap_span(state, candidate)
+            spans[root] = self._lap_span(state, candidate, entries[root])
             pending = [root]
             while pending:
                 parent = pending.pop()
@@ -292,8 +297,12 @@ class SlowLaps:
         except Exception:
             self.incidents.failed("slow lap export")
 
-    def _lap_span(self, state: ThreadState, lap: Candidate) -> trace.Span:
-        """Start the lap's span under its step's trace id (in the thread that ran it)."""
+    def _lap_span(self, state: ThreadState, lap: Candidate, entry: Entry) -> trace.Span:
+        """Start the span of `entry` as the root of the lap's step, under its trace id.
+
+        `entry` is the lap's own, or the section a never-lapped timer's step is; the trace
+        id is the step's in the thread that ran it.
+        """
         step_traces = self.step_traces
         mine = threading.get_ident() == state.thread.get(THREAD_ID)
         if step_traces is not None and mine:
@@ -305,8 +314,10 @@ class SlowLaps:
             SLOW_LAP: round(lap.ratio, 3),
             **lap.memory,
         }
+        if entry[0] is not lap.timer:  # the section a never-lapped timer's step is
+            extra[STEP_OF] = lap.timer.path
         try:
-            return self._start((lap.timer, lap.start, 0, None), lap.step, context, extra)
+            return self._start(entry, lap.step, context, extra)
         finally:
             if step_traces is not None and mine:
                 step_traces.done()

@@ -101,6 +101,8 @@ class LapSpans:
             return context
         if parent.device is not None and parent.device.span is not None:
             return _host_context(parent)
+        if parent.implicit:  # a traced step of a never-lapped timer: its lap's own context
+            return parent.context
         return None
 
     def start(

@@ -15,6 +15,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Status
 from looptrace._export.otlp_json import ExportTraceServiceRequest, from_json
 from looptrace._offline.progress import Progress
 from looptrace._offline.reader import JsonLinesFile, Warn, read_all, reading
+from looptrace._offline.step_spans import with_steps
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +68,10 @@ def span_count(request: ExportTraceServiceRequest) -> int:
 
 
 def load_spans(files: Sequence[JsonLinesFile], warn: Warn) -> list[SpanRecord]:
-    """Return every span of the span files, in file order."""
+    """Return every span of the span files, in file order, never-lapped timers' steps last.
+
+    A never-lapped timer's step, which has no span on the wire, is given back (`with_steps`).
+    """
     spans: list[SpanRecord] = []
     with reading(files) as bar:
         for file, number, request in iter_requests(files, warn, bar):
@@ -75,7 +79,7 @@ def load_spans(files: Sequence[JsonLinesFile], warn: Warn) -> list[SpanRecord]:
                 spans.extend(list(records_of(request)))
             except (ValueError, TypeError, RecursionError) as error:
                 file.reject(number, f"holds a malformed span ({error})")
-    return spans
+    return with_steps(spans)
 
 
 def records_of(request: ExportTraceServiceRequest) -> Iterator[SpanRecord]:

@@ -95,10 +95,12 @@ def select(
 
 def summarize_spans(spans: Sequence[SpanRecord]) -> Summary:
     """Return exact statistics of spans, over all of them and per rank."""
-    children_ns: dict[str, int] = defaultdict(int)
+    # By rank: another rank's lap names rank 0's lap of the step as its (remote) parent, but
+    # it runs beside it, not inside it.
+    children_ns: dict[tuple[int, str], int] = defaultdict(int)
     for span in spans:
         if span.parent_id:
-            children_ns[span.parent_id] += span.duration_ns
+            children_ns[span.rank, span.parent_id] += span.duration_ns
     per_rank: dict[int, dict[str, list[SpanRecord]]] = defaultdict(lambda: defaultdict(list))
     everything: dict[str, list[SpanRecord]] = defaultdict(list)
     for span in spans:
@@ -228,7 +230,9 @@ def _ranks_text(per_rank: Mapping[int, object]) -> str:
     return f"{len(ranks)} ranks ({', '.join(str(r) for r in ranks)})"
 
 
-def _from_spans(spans: Sequence[SpanRecord], children_ns: Mapping[str, int]) -> SectionStats:
+def _from_spans(
+    spans: Sequence[SpanRecord], children_ns: Mapping[tuple[int, str], int]
+) -> SectionStats:
     durations = sorted(s.duration_ns / 1e9 for s in spans)
     count = len(durations)
     total = math.fsum(durations)
@@ -236,7 +240,7 @@ def _from_spans(spans: Sequence[SpanRecord], children_ns: Mapping[str, int]) -> 
     buckets = [0] * (len(BOUNDARIES_S) + 1)
     for value in durations:
         buckets[bisect.bisect_left(BOUNDARIES_S, value)] += 1
-    self_ns = sum(max(0, s.duration_ns - children_ns.get(s.span_id, 0)) for s in spans)
+    self_ns = sum(max(0, s.duration_ns - children_ns.get((s.rank, s.span_id), 0)) for s in spans)
     p50, p90, p99 = (_quantile(durations, q) for q in _QUANTILES)
     return SectionStats(
         count=count,
