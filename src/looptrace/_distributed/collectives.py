@@ -17,6 +17,7 @@ import torch.distributed as dist
 from looptrace._distributed import detail as _detail
 from looptrace._distributed import job as _job
 from looptrace._distributed import memory as _memory
+from looptrace._distributed import rates as _rates
 from looptrace._distributed import straggler as _straggler
 from looptrace._distributed.job import Scale
 from looptrace._distributed.path_table import PathTable
@@ -29,7 +30,7 @@ from looptrace._distributed.windows import (
 )
 from looptrace._stats.job import JobView
 from looptrace._stats.snapshot import Snapshot
-from looptrace._stats.spread import SPREAD_STATS, RankSpread, SectionSpread
+from looptrace._stats.spread import SPREAD_STATS, RankSpread, RateSpread, SectionSpread
 
 # Absent (or present) ranks of a path found one per MIN round up to this many; a path with
 # more on both sides is settled by one bitmap of the world's ranks instead.
@@ -39,6 +40,7 @@ _TABLE = PathTable()
 _LOCK = threading.Lock()
 _Found = _straggler.Found | None
 _Memory = dict[str, RankSpread] | None
+_Rates = dict[str, dict[str, RateSpread]] | None
 
 
 @dataclass
@@ -162,7 +164,7 @@ def reduce(snapshot: Snapshot, window: int = 0, scale: Scale | None = None) -> S
     with _LOCK:
         table = _TABLE.state()
         try:
-            result, found, job, memory = _run(
+            result, found, job, memory, rates = _run(
                 snapshot, wire, rank, world, window=window, scale=scale
             )
         except Misaligned as misaligned:
@@ -179,7 +181,7 @@ def reduce(snapshot: Snapshot, window: int = 0, scale: Scale | None = None) -> S
                 _run(empty, wire, rank, world, window=window, scale=scale)
             raise
     straggler = None if found is None else found.commit()
-    return snapshot.with_spreads(result, straggler, job, memory)
+    return snapshot.with_spreads(result, straggler, job, memory, rates)
 
 
 def _behind(window: int, latest: int) -> int:
@@ -189,11 +191,14 @@ def _behind(window: int, latest: int) -> int:
 
 def _run(
     snapshot: Snapshot, wire: _Wire, rank: int, world: int, *, window: int, scale: Scale
-) -> tuple[dict[str, SectionSpread], _Found, JobView | None, _Memory]:
+) -> tuple[dict[str, SectionSpread], _Found, JobView | None, _Memory, _Rates]:
     """Agree on the table, then reduce over it; the collectives depend on agreed data only."""
-    _TABLE.agree(snapshot, wire.all_reduce, rank=rank, world=world, window=window)
+    rates = snapshot.rates
+    units = _rates.counted(rates)
+    _TABLE.agree(snapshot, wire.all_reduce, rank=rank, world=world, window=window, units=units)
     held = _memory.Figures.of(snapshot.memory, rank, world) if len(_TABLE) else None
-    return _reduce(snapshot, wire, rank, world, scale, held=held)
+    counted = _rates.Counted.of(rates, _TABLE.units, rank, world)
+    return _reduce(snapshot, wire, rank, world, scale, held=held, counted=counted)
 
 
 def _reduce(
@@ -204,14 +209,17 @@ def _reduce(
     scale: Scale,
     *,
     held: _memory.Figures | None,
-) -> tuple[dict[str, SectionSpread], _Found, JobView | None, _Memory]:
+    counted: _rates.Counted,
+) -> tuple[dict[str, SectionSpread], _Found, JobView | None, _Memory, _Rates]:
     """Reduce this rank's statistics over the agreed table; every rank gets the same result.
 
     Each collective also carries a few values per rank (not per path) that name the window's
     straggler (`looptrace._distributed.straggler`), choose the ranks that serve detail
     (`looptrace._distributed.detail`) and spread the job's memory
     (`looptrace._distributed.memory`), and per path the job's histogram
-    (`looptrace._distributed.job`); a window whose table is empty has none of them.
+    (`looptrace._distributed.job`); a window whose table is empty has none of them. Each
+    ends with the values of the units counted (`looptrace._distributed.rates`), per agreed
+    (path, unit).
     """
     rows = len(_TABLE)
     row_of = {path: _TABLE.index(path) for path in snapshot}
@@ -231,9 +239,10 @@ def _reduce(
         _job.extremes(snapshot, rows, row_of)
         + (mine.extremes() if mine else [])
         + (slow.extremes() if slow else [])
-        + (held.extremes() if held else []),
+        + (held.extremes() if held else [])
+        + counted.extremes(),
     )
-    wire.all_reduce(extremes, dist.ReduceOp.MAX)
+    extremes, rate_extremes = _reduced(wire, extremes, dist.ReduceOp.MAX, counted.extremes_n)
     highest = extremes[:grid].view(rows, _STATS)
     lowest = -extremes[grid : 2 * grid].view(rows, _STATS)
     tail = extremes[2 * grid + jobs :].tolist()
@@ -245,9 +254,10 @@ def _reduce(
         _job.buckets(snapshot, rows, row_of)
         + (mine.sums() if mine else [])
         + binned
-        + (held.sums() if held else []),
+        + (held.sums() if held else [])
+        + counted.sums(),
     )
-    wire.all_reduce(sums, dist.ReduceOp.SUM)
+    sums, rate_sums = _reduced(wire, sums, dist.ReduceOp.SUM, counted.sums_n)
     after = rows * columns + rows * _job.BUCKETS
     if mine is not None and slow is not None:
         mine.reduced(tail[:3], sums[after : after + 2].tolist())
@@ -263,8 +273,10 @@ def _reduce(
         owns = has[:, column] & mine.straggler
         totals_column = local[:, column].where(owns, -math.inf)
         holders = _with_tail(torch.cat([holders, totals_column]), mine.holders())
-    holders = _with_tail(holders, held.holders(tail[5:]) if held else [])
-    wire.all_reduce(holders, dist.ReduceOp.MAX)
+    holders = _with_tail(
+        holders, (held.holders(tail[5:]) if held else []) + counted.holders(rate_extremes)
+    )
+    holders, rate_holders = _reduced(wire, holders, dist.ReduceOp.MAX, counted.holders_n)
     totals = sums[: rows * columns].view(rows, columns).tolist()
     ranks = [int(row[-1]) for row in totals]
     absent = _absent(running, ranks, wire, rank, world)
@@ -289,9 +301,9 @@ def _reduce(
     job = _job_view(
         scale, rank, present, (totals, bounds[0]), (extremes, sums), found=found, slow=slow
     )
-    if rows > 2 * len(present) + 64:  # paths gone from every rank: forget them alike
-        _TABLE.keep(present)
-    return result, found, job, _memory_of(held, tail[5:], sums, holders)
+    _forget_gone(present, counted.present(rate_sums))
+    rates = counted.spreads(_TABLE.units, rate_extremes, rate_sums, rate_holders)
+    return result, found, job, _memory_of(held, tail[5:], sums, holders), rates
 
 
 def _memory_of(
@@ -391,6 +403,21 @@ def _spreads(
             ranks=ranks[row], absent=absent.get(row, ()), **per_stat
         )
     return result
+
+
+def _reduced(
+    wire: _Wire, tensor: torch.Tensor, op: dist.ReduceOp.RedOpType, units: int
+) -> tuple[torch.Tensor, list[float]]:
+    """Reduce `tensor`; return it without its last `units` values (the rates'), and those."""
+    wire.all_reduce(tensor, op)
+    cut = len(tensor) - units
+    return tensor[:cut], tensor[cut:].tolist()
+
+
+def _forget_gone(paths: list[int], units: list[int]) -> None:
+    """Forget the paths and units gone from every rank, alike, once they are many."""
+    if len(_TABLE) > 2 * len(paths) + 64 or len(_TABLE.units) > 2 * len(units) + 64:
+        _TABLE.keep(paths, units)
 
 
 def _with_tail(grid: torch.Tensor, tail: list[float]) -> torch.Tensor:
