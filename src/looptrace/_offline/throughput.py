@@ -7,6 +7,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 
 from looptrace._offline.reader import Window
+from looptrace._offline.text import escaped
 from looptrace._stats.spread import RateSpread
 
 _DEVICE_PEAKS = ("device_peak_allocated", "device_peak_reserved")
@@ -41,7 +42,7 @@ def throughput_lines(windows: Sequence[Window]) -> list[str]:
                 lap_s[key][window.rank] += stats.total
     lines = []
     for key in sorted(totals):
-        path, unit = key
+        path, unit = escaped(key[0]), escaped(key[1])
         total = sum(totals[key].values())
         per_s = _job_rate(totals[key], seconds[key])
         per_lap_s = _job_rate(totals[key], lap_s[key])
@@ -72,7 +73,8 @@ def job_rate_lines(windows: Sequence[Window]) -> list[str]:
             for key, spread in (window.rates_spread or {}).items():
                 found[key].append((spread, window.seconds))
     lines = []
-    for (path, unit), spreads in sorted(found.items()):
+    for key, spreads in sorted(found.items()):
+        path, unit = escaped(key[0]), escaped(key[1])
         slowest, slow_n, slow_at = _named(spreads, lambda s: (s.slowest_rank, s.min))
         fastest, _, fast_at = _named(spreads, lambda s: (s.fastest_rank, s.max))
         job = _weighted([(s.per_s, seconds) for s, seconds in spreads])
