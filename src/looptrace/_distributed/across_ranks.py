@@ -22,7 +22,7 @@ The header also carries the number of windows the subtree closed on each rank, s
 whose reduces close different windows skip that reduce alike and realign
 (`looptrace._distributed.windows`); and a rank that fails between two collectives still runs
 the ones the others wait in, with values that make every rank drop the window
-(`looptrace._distributed.collectives`), so a failed reduce leaves every rank able to run the
+(`looptrace._distributed.wire`), so a failed reduce leaves every rank able to run the
 next one.
 
 Steps 1 and 2 move `816 + 704 x paths + 56 x units` bytes per rank in a window with no new

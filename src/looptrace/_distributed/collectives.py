@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import math
 import threading
-from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -21,16 +20,14 @@ from looptrace._distributed import rates as _rates
 from looptrace._distributed import straggler as _straggler
 from looptrace._distributed.job import Scale
 from looptrace._distributed.path_table import PathTable
-from looptrace._distributed.windows import (
-    WINDOW_BITS,
-    WINDOWS,
-    Misaligned,
-    PeerFailed,
-    Skipped,
-)
+from looptrace._distributed.windows import WINDOW_BITS, WINDOWS, Misaligned, Skipped
+from looptrace._distributed.wire import TRAFFIC
+from looptrace._distributed.wire import Wire as _Wire
 from looptrace._stats.job import JobView
 from looptrace._stats.snapshot import Snapshot
 from looptrace._stats.spread import SPREAD_STATS, RankSpread, RateSpread, SectionSpread
+
+__all__ = ["LISTED", "TRAFFIC", "reduce"]  # TRAFFIC: what the reductions moved (`wire`)
 
 # Absent (or present) ranks of a path found one per MIN round up to this many; a path with
 # more on both sides is settled by one bitmap of the world's ranks instead.
@@ -41,108 +38,6 @@ _LOCK = threading.Lock()
 _Found = _straggler.Found | None
 _Memory = dict[str, RankSpread] | None
 _Rates = dict[str, dict[str, RateSpread]] | None
-
-
-@dataclass
-class Traffic:
-    """What this process's cross-rank reductions moved: collective calls and payload bytes.
-
-    `bytes` adds up the tensor each `all_reduce` call takes and returns in place, i.e. what a
-    rank contributes to and receives from the collective.
-    """
-
-    calls: int = 0
-    bytes: int = 0
-
-
-TRAFFIC = Traffic()
-
-
-class _Wire:
-    """The collectives of one reduction, on the backend's device, counted in `TRAFFIC`.
-
-    It keeps what each collective returned. When this rank fails between two collectives,
-    `replay()` lets the reduction run again from the start: the collectives already done
-    give back what they returned, with no traffic, and the next one sends a mark every rank
-    sees in the result (`_mark`: the type's extreme for MAX and MIN, NaN for a SUM of
-    floats), so every rank drops the reduction after that same collective and the ranks stay
-    in step for the next one.
-    """
-
-    __slots__ = ("device", "done", "script")
-
-    def __init__(self, device: torch.device) -> None:
-        self.device = device
-        self.done: list[torch.Tensor] = []
-        self.script: list[torch.Tensor] | None = None
-
-    def replay(self) -> None:
-        """Run the reduction again, replaying the collectives done, marking the next."""
-        self.script, self.done = self.done, []
-
-    def all_reduce(self, tensor: torch.Tensor, op: dist.ReduceOp.RedOpType) -> None:
-        """Reduce `tensor` in place across the default group.
-
-        Raises:
-            PeerFailed: a rank marked the result (on every rank alike).
-
-        """
-        script = self.script
-        if script is not None and script:  # done before this rank failed: the same result
-            result = script.pop(0)
-            if result.shape != tensor.shape:
-                raise RuntimeError("looptrace: a replayed collective took another shape")
-            tensor.copy_(result)
-            self.done.append(result)
-            return
-        if script is not None:
-            _mark(tensor, op)
-        TRAFFIC.calls += 1
-        TRAFFIC.bytes += tensor.nbytes
-        if tensor.numel() > 0:
-            if self.device.type == "cpu":
-                dist.all_reduce(tensor, op=op)
-            else:
-                moved = tensor.to(self.device)
-                dist.all_reduce(moved, op=op)
-                tensor.copy_(moved.cpu())
-        self.done.append(tensor.clone())
-        if _marked(tensor, op):
-            raise PeerFailed
-
-
-def _mark_of(tensor: torch.Tensor, op: dist.ReduceOp.RedOpType) -> float | int | None:
-    """Return what a failed rank sends in a collective: no rank sends it, the result shows it.
-
-    MAX and MIN take the type's largest and smallest value (+inf, -inf for floats), a SUM of
-    floats NaN. A SUM of bytes (names, rank bitmaps) cannot be marked: None, the failed rank
-    sends zeros, which add nothing, and the reduction goes on to the next collective.
-    """
-    floating = tensor.dtype.is_floating_point
-    if op == dist.ReduceOp.MAX:
-        return math.inf if floating else torch.iinfo(tensor.dtype).max
-    if op == dist.ReduceOp.MIN:
-        return -math.inf if floating else torch.iinfo(tensor.dtype).min
-    return math.nan if floating else None
-
-
-def _mark(tensor: torch.Tensor, op: dist.ReduceOp.RedOpType) -> None:
-    """Fill `tensor` with the mark of a failed rank (zeros where there is none)."""
-    mark = _mark_of(tensor, op)
-    if mark is None:
-        tensor.zero_()
-    else:
-        tensor.fill_(mark)
-
-
-def _marked(tensor: torch.Tensor, op: dist.ReduceOp.RedOpType) -> bool:
-    """Return whether a failed rank's mark shows in a reduced `tensor`."""
-    mark = _mark_of(tensor, op)
-    if mark is None or tensor.numel() == 0:
-        return False
-    if isinstance(mark, float) and math.isnan(mark):
-        return bool(torch.isnan(tensor).any())
-    return bool((tensor == mark).any())
 
 
 def reduce(snapshot: Snapshot, window: int = 0, scale: Scale | None = None) -> Snapshot | None:
