@@ -269,6 +269,20 @@ HOSTILE_SNAPSHOT_LINES = {
         _snapshot_line(across_ranks={"root.training": {"mean": {"min": "x", "max": 1}}}),
         MALFORMED,
     ),
+    "rates_across_ranks of the wrong shape": (
+        _snapshot_line(rates_across_ranks={"root.training": {"tokens": [1, 2]}}),
+        MALFORMED,
+    ),
+    "rates_across_ranks with a rank below 0": (
+        _snapshot_line(
+            rates_across_ranks={
+                "root.training": {
+                    "tokens": {"ranks": 2, "total": 1, "per_s": 1, "slowest_rank": -1}
+                }
+            }
+        ),
+        MALFORMED,
+    ),
     "step 1e300": (_snapshot_line(step=1e300), MALFORMED),
     "stats not an object": (_snapshot_line(stats=[1, 2]), MALFORMED),
 }

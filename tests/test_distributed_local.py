@@ -21,6 +21,7 @@ from looptrace._distributed import collectives as _collectives
 from looptrace._distributed import path_table as _path_table
 from looptrace._stats.snapshot import SectionStats, Snapshot
 from looptrace._stats.spread import SPREAD_STATS
+from looptrace._stats.tally import Tally
 from looptrace.testing import Capture
 from tests import rank_worker
 
@@ -155,6 +156,44 @@ def test_a_statistic_without_a_value_is_nan_and_names_no_rank() -> None:
         },
         sort_keys=True,
     )
+
+
+def counted(units: list[str]) -> Snapshot:
+    """Return a 1 s window in which `root.train` ran one lap and counted 10 of each of `units`."""
+    snapshot = one_lap(["root.train"])
+    return Snapshot(
+        {"root.train": snapshot["root.train"]},
+        start_ns=0,
+        end_ns=1_000_000_000,
+        rank=0,
+        counts=[{("root.train", unit): Tally(10.0) for unit in units}],
+    )
+
+
+@pytest.mark.usefixtures("one_rank")
+def test_units_gone_from_every_rank_leave_the_table() -> None:
+    """100 units counted, then one, then 100: each gets its spread; units gone are dropped."""
+    many = [f"u{i}" for i in range(100)]
+    _collectives._TABLE.clear()
+    tables = []
+    for units in (many, ["u0"], many):
+        reduced = _collectives.reduce(counted(units))
+        assert reduced is not None and reduced.rates_across_ranks is not None
+        assert {u: s.to_dict() for u, s in reduced.rates_across_ranks["root.train"].items()} == {
+            unit: {
+                "ranks": 1,
+                "total": 10.0,
+                "per_s": 10.0,
+                "min": 10.0,
+                "max": 10.0,
+                "mean": 10.0,
+                "slowest_rank": 0,
+                "fastest_rank": 0,
+            }
+            for unit in units
+        }
+        tables.append((len(_collectives._TABLE), len(_collectives._TABLE.units)))
+    assert tables == [(1, 100), (1, 1), (1, 100)]
 
 
 def one_lap(paths: list[str]) -> Snapshot:

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from looptrace import RankInfo, RankSpread, SectionSpread, SectionStats, Snapshot
+from looptrace import RankInfo, RankSpread, RateSpread, SectionSpread, SectionStats, Snapshot
 from looptrace._export.files import SnapshotFileWriter
 from looptrace._stats.snapshot import METRIC_STATS
 from looptrace._stats.spread import SPREAD_STATS
@@ -325,6 +325,26 @@ def test_as_metrics_with_memory_across_ranks(cap: Capture) -> None:
         "t/memory/device_peak_allocated_bytes/fastest_rank": 0.0,
     }
     assert not any("memory" in k for k in _memory_snapshot(cap).as_metrics())
+
+
+def test_as_metrics_with_rates_across_ranks(cap: Capture) -> None:
+    """A unit's spread adds {unit}/job, /job_ranks and {unit}_per_s/job, /*_rank, with `sep`."""
+    spread = RateSpread(3, 600.0, 1200.0, 100.0, 700.0, 400.0, slowest_rank=2, fastest_rank=0)
+    snapshot = _memory_snapshot(cap).with_spreads({}, rates={"root.train": {"tok/s": spread}})
+    flat = snapshot.as_metrics(prefix="t", sep="/")
+    assert {k: v for k, v in flat.items() if "tok" in k} == {
+        "t/root/train/tok%2Fs/job": 600.0,
+        "t/root/train/tok%2Fs/job_ranks": 3.0,
+        "t/root/train/tok%2Fs_per_s/job": 1200.0,
+        "t/root/train/tok%2Fs_per_s/min_rank": 100.0,
+        "t/root/train/tok%2Fs_per_s/max_rank": 700.0,
+        "t/root/train/tok%2Fs_per_s/mean_rank": 400.0,
+        "t/root/train/tok%2Fs_per_s/slowest_rank": 2.0,
+        "t/root/train/tok%2Fs_per_s/fastest_rank": 0.0,
+    }
+    assert snapshot.to_dict()["rates_across_ranks"] == {"root.train": {"tok/s": spread.to_dict()}}
+    assert _memory_snapshot(cap).rates_across_ranks == {}  # cross-rank, nothing counted
+    assert cap.lt.reset().rates_across_ranks is None  # this rank's window only
 
 
 def test_the_snapshot_file_records_memory_across_ranks(cap: Capture, tmp_path: Path) -> None:

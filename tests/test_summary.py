@@ -283,6 +283,31 @@ def test_names_from_files_are_shown_escaped(
     assert len(lines) == 3 + len(stats)
 
 
+def test_units_from_files_are_shown_escaped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A timer path and unit with control characters reach the throughput lines escaped."""
+    section = {"count": 1, "total": 0.5, "mean": 0.5, "min": 0.5, "max": 0.5, "buckets": []}
+    path, unit = "root.t\x1b[31m", "tok\nens"
+    rate = {"total": 10, "per_s": 10, "per_lap_s": 20, "per_lap": 10}
+    spread = {"ranks": 2, "total": 10, "per_s": 10, "min": 4, "max": 6, "mean": 5}
+    record = {"kind": "looptrace.snapshot", "version": 1, "step": 3, "rank": 0}
+    record |= {"start_ns": 0, "end_ns": 1_000_000_000, "stats": {path: section}}
+    record |= {"rates": {path: {unit: rate}}}
+    record |= {
+        "rates_across_ranks": {path: {unit: {**spread, "slowest_rank": 1, "fastest_rank": 0}}}
+    }
+    snapshots = tmp_path / "snapshots.jsonl"
+    snapshots.write_text(json.dumps(record) + "\n")
+    out = _summary(capsys, snapshots)
+    assert all(c.isprintable() for c in out.replace("\n", "")), ascii(out)
+    assert out.splitlines()[5:7] == [
+        "throughput root.t\\x1b[31m tok\\nens: 10 in all, 10/s of wall time, 20/s of lap time",
+        "throughput root.t\\x1b[31m tok\\nens across ranks: job 10 tok\\nens/s (2 ranks); "
+        "slowest rank 1 at 4/s, fastest rank 0 at 6/s",
+    ]
+
+
 NAMES = ("data", "forward", "backward")
 lap_operations = st.lists(
     st.one_of(

@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # the names below are imported on first use: the CLI's offlin
     from looptrace._stats.memory import WindowMemory
     from looptrace._stats.rates import Rate
     from looptrace._stats.snapshot import SectionStats, Snapshot
-    from looptrace._stats.spread import RankSpread, SectionSpread
+    from looptrace._stats.spread import RankSpread, RateSpread, SectionSpread
     from looptrace._stats.straggler import Straggler
 
 __all__ = [
@@ -41,6 +41,7 @@ __all__ = [
     "RankInfo",
     "RankSpread",
     "Rate",
+    "RateSpread",
     "ResetHook",
     "Section",
     "SectionSpread",
@@ -68,6 +69,7 @@ _LAZY = {
     "RankInfo": "looptrace._distributed.ranks",
     "RankSpread": "looptrace._stats.spread",
     "Rate": "looptrace._stats.rates",
+    "RateSpread": "looptrace._stats.spread",
     "ResetHook": "looptrace._looptrace",
     "Section": "looptrace._core.section",
     "SectionSpread": "looptrace._stats.spread",

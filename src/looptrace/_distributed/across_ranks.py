@@ -12,8 +12,9 @@ timed different sections never wait on each other, and no rank receives another'
    slowest and the fastest rank, the lowest on a tie); the same three collectives carry the
    job's histogram of every path (`looptrace._distributed.job`) and a few values per rank
    that name the window's straggler (`looptrace._distributed.straggler`), the ranks that
-   serve their full detail (`looptrace._distributed.detail`) and the spread of the memory
-   figures (`looptrace._distributed.memory`);
+   serve their full detail (`looptrace._distributed.detail`), the spread of the memory
+   figures (`looptrace._distributed.memory`) and, per (timer path, unit) counted, the job's
+   throughput (`looptrace._distributed.rates`);
 3. for a path that some but not all ranks ran, the smaller side is named one rank per round
    while it has at most `LISTED` ranks, else by one bitmap of the world's ranks.
 
@@ -21,10 +22,11 @@ The header also carries the number of windows the subtree closed on each rank, s
 whose reduces close different windows skip that reduce alike and realign
 (`looptrace._distributed.windows`); and a rank that fails between two collectives still runs
 the ones the others wait in, with values that make every rank drop the window
-(`looptrace._distributed.collectives`), so a failed reduce leaves every rank able to run the
+(`looptrace._distributed.wire`), so a failed reduce leaves every rank able to run the
 next one.
 
-Steps 1 and 2 move `816 + 704 x paths` bytes per rank in a window with no new path, whatever
+Steps 1 and 2 move `816 + 704 x paths + 56 x units` bytes per rank in a window with no new
+path or unit (a (timer path, unit) pair counted, agreed in the table as paths are), whatever
 the world size (`looptrace._distributed.collectives.TRAFFIC` counts them). torch is
 imported only when the program has imported `torch.distributed` already, so looptrace works,
 and imports fast, without torch.

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import math
 import threading
-from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -17,19 +16,18 @@ import torch.distributed as dist
 from looptrace._distributed import detail as _detail
 from looptrace._distributed import job as _job
 from looptrace._distributed import memory as _memory
+from looptrace._distributed import rates as _rates
 from looptrace._distributed import straggler as _straggler
 from looptrace._distributed.job import Scale
 from looptrace._distributed.path_table import PathTable
-from looptrace._distributed.windows import (
-    WINDOW_BITS,
-    WINDOWS,
-    Misaligned,
-    PeerFailed,
-    Skipped,
-)
+from looptrace._distributed.windows import WINDOW_BITS, WINDOWS, Misaligned, Skipped
+from looptrace._distributed.wire import TRAFFIC
+from looptrace._distributed.wire import Wire as _Wire
 from looptrace._stats.job import JobView
 from looptrace._stats.snapshot import Snapshot
-from looptrace._stats.spread import SPREAD_STATS, RankSpread, SectionSpread
+from looptrace._stats.spread import SPREAD_STATS, RankSpread, RateSpread, SectionSpread
+
+__all__ = ["LISTED", "TRAFFIC", "reduce"]  # TRAFFIC: what the reductions moved (`wire`)
 
 # Absent (or present) ranks of a path found one per MIN round up to this many; a path with
 # more on both sides is settled by one bitmap of the world's ranks instead.
@@ -39,108 +37,7 @@ _TABLE = PathTable()
 _LOCK = threading.Lock()
 _Found = _straggler.Found | None
 _Memory = dict[str, RankSpread] | None
-
-
-@dataclass
-class Traffic:
-    """What this process's cross-rank reductions moved: collective calls and payload bytes.
-
-    `bytes` adds up the tensor each `all_reduce` call takes and returns in place, i.e. what a
-    rank contributes to and receives from the collective.
-    """
-
-    calls: int = 0
-    bytes: int = 0
-
-
-TRAFFIC = Traffic()
-
-
-class _Wire:
-    """The collectives of one reduction, on the backend's device, counted in `TRAFFIC`.
-
-    It keeps what each collective returned. When this rank fails between two collectives,
-    `replay()` lets the reduction run again from the start: the collectives already done
-    give back what they returned, with no traffic, and the next one sends a mark every rank
-    sees in the result (`_mark`: the type's extreme for MAX and MIN, NaN for a SUM of
-    floats), so every rank drops the reduction after that same collective and the ranks stay
-    in step for the next one.
-    """
-
-    __slots__ = ("device", "done", "script")
-
-    def __init__(self, device: torch.device) -> None:
-        self.device = device
-        self.done: list[torch.Tensor] = []
-        self.script: list[torch.Tensor] | None = None
-
-    def replay(self) -> None:
-        """Run the reduction again, replaying the collectives done, marking the next."""
-        self.script, self.done = self.done, []
-
-    def all_reduce(self, tensor: torch.Tensor, op: dist.ReduceOp.RedOpType) -> None:
-        """Reduce `tensor` in place across the default group.
-
-        Raises:
-            PeerFailed: a rank marked the result (on every rank alike).
-
-        """
-        script = self.script
-        if script is not None and script:  # done before this rank failed: the same result
-            result = script.pop(0)
-            if result.shape != tensor.shape:
-                raise RuntimeError("looptrace: a replayed collective took another shape")
-            tensor.copy_(result)
-            self.done.append(result)
-            return
-        if script is not None:
-            _mark(tensor, op)
-        TRAFFIC.calls += 1
-        TRAFFIC.bytes += tensor.nbytes
-        if tensor.numel() > 0:
-            if self.device.type == "cpu":
-                dist.all_reduce(tensor, op=op)
-            else:
-                moved = tensor.to(self.device)
-                dist.all_reduce(moved, op=op)
-                tensor.copy_(moved.cpu())
-        self.done.append(tensor.clone())
-        if _marked(tensor, op):
-            raise PeerFailed
-
-
-def _mark_of(tensor: torch.Tensor, op: dist.ReduceOp.RedOpType) -> float | int | None:
-    """Return what a failed rank sends in a collective: no rank sends it, the result shows it.
-
-    MAX and MIN take the type's largest and smallest value (+inf, -inf for floats), a SUM of
-    floats NaN. A SUM of bytes (names, rank bitmaps) cannot be marked: None, the failed rank
-    sends zeros, which add nothing, and the reduction goes on to the next collective.
-    """
-    floating = tensor.dtype.is_floating_point
-    if op == dist.ReduceOp.MAX:
-        return math.inf if floating else torch.iinfo(tensor.dtype).max
-    if op == dist.ReduceOp.MIN:
-        return -math.inf if floating else torch.iinfo(tensor.dtype).min
-    return math.nan if floating else None
-
-
-def _mark(tensor: torch.Tensor, op: dist.ReduceOp.RedOpType) -> None:
-    """Fill `tensor` with the mark of a failed rank (zeros where there is none)."""
-    mark = _mark_of(tensor, op)
-    if mark is None:
-        tensor.zero_()
-    else:
-        tensor.fill_(mark)
-
-
-def _marked(tensor: torch.Tensor, op: dist.ReduceOp.RedOpType) -> bool:
-    """Return whether a failed rank's mark shows in a reduced `tensor`."""
-    mark = _mark_of(tensor, op)
-    if mark is None or tensor.numel() == 0:
-        return False
-    if isinstance(mark, float) and math.isnan(mark):
-        return bool(torch.isnan(tensor).any())
-    return bool((tensor == mark).any())
+_Rates = dict[str, dict[str, RateSpread]] | None
 
 
 def reduce(snapshot: Snapshot, window: int = 0, scale: Scale | None = None) -> Snapshot | None:
@@ -162,7 +59,7 @@ def reduce(snapshot: Snapshot, window: int = 0, scale: Scale | None = None) -> S
     with _LOCK:
         table = _TABLE.state()
         try:
-            result, found, job, memory = _run(
+            result, found, job, memory, rates = _run(
                 snapshot, wire, rank, world, window=window, scale=scale
             )
         except Misaligned as misaligned:
@@ -179,7 +76,7 @@ def reduce(snapshot: Snapshot, window: int = 0, scale: Scale | None = None) -> S
                 _run(empty, wire, rank, world, window=window, scale=scale)
             raise
     straggler = None if found is None else found.commit()
-    return snapshot.with_spreads(result, straggler, job, memory)
+    return snapshot.with_spreads(result, straggler, job, memory, rates)
 
 
 def _behind(window: int, latest: int) -> int:
@@ -189,11 +86,14 @@ def _behind(window: int, latest: int) -> int:
 
 def _run(
     snapshot: Snapshot, wire: _Wire, rank: int, world: int, *, window: int, scale: Scale
-) -> tuple[dict[str, SectionSpread], _Found, JobView | None, _Memory]:
+) -> tuple[dict[str, SectionSpread], _Found, JobView | None, _Memory, _Rates]:
     """Agree on the table, then reduce over it; the collectives depend on agreed data only."""
-    _TABLE.agree(snapshot, wire.all_reduce, rank=rank, world=world, window=window)
+    rates = snapshot.rates
+    units = _rates.counted(rates)
+    _TABLE.agree(snapshot, wire.all_reduce, rank=rank, world=world, window=window, units=units)
     held = _memory.Figures.of(snapshot.memory, rank, world) if len(_TABLE) else None
-    return _reduce(snapshot, wire, rank, world, scale, held=held)
+    counted = _rates.Counted.of(rates, _TABLE.units, rank, world)
+    return _reduce(snapshot, wire, rank, world, scale, held=held, counted=counted)
 
 
 def _reduce(
@@ -204,14 +104,17 @@ def _reduce(
     scale: Scale,
     *,
     held: _memory.Figures | None,
-) -> tuple[dict[str, SectionSpread], _Found, JobView | None, _Memory]:
+    counted: _rates.Counted,
+) -> tuple[dict[str, SectionSpread], _Found, JobView | None, _Memory, _Rates]:
     """Reduce this rank's statistics over the agreed table; every rank gets the same result.
 
     Each collective also carries a few values per rank (not per path) that name the window's
     straggler (`looptrace._distributed.straggler`), choose the ranks that serve detail
     (`looptrace._distributed.detail`) and spread the job's memory
     (`looptrace._distributed.memory`), and per path the job's histogram
-    (`looptrace._distributed.job`); a window whose table is empty has none of them.
+    (`looptrace._distributed.job`); a window whose table is empty has none of them. Each
+    ends with the values of the units counted (`looptrace._distributed.rates`), per agreed
+    (path, unit).
     """
     rows = len(_TABLE)
     row_of = {path: _TABLE.index(path) for path in snapshot}
@@ -231,9 +134,10 @@ def _reduce(
         _job.extremes(snapshot, rows, row_of)
         + (mine.extremes() if mine else [])
         + (slow.extremes() if slow else [])
-        + (held.extremes() if held else []),
+        + (held.extremes() if held else [])
+        + counted.extremes(),
     )
-    wire.all_reduce(extremes, dist.ReduceOp.MAX)
+    extremes, rate_extremes = _reduced(wire, extremes, dist.ReduceOp.MAX, counted.extremes_n)
     highest = extremes[:grid].view(rows, _STATS)
     lowest = -extremes[grid : 2 * grid].view(rows, _STATS)
     tail = extremes[2 * grid + jobs :].tolist()
@@ -245,9 +149,10 @@ def _reduce(
         _job.buckets(snapshot, rows, row_of)
         + (mine.sums() if mine else [])
         + binned
-        + (held.sums() if held else []),
+        + (held.sums() if held else [])
+        + counted.sums(),
     )
-    wire.all_reduce(sums, dist.ReduceOp.SUM)
+    sums, rate_sums = _reduced(wire, sums, dist.ReduceOp.SUM, counted.sums_n)
     after = rows * columns + rows * _job.BUCKETS
     if mine is not None and slow is not None:
         mine.reduced(tail[:3], sums[after : after + 2].tolist())
@@ -263,8 +168,10 @@ def _reduce(
         owns = has[:, column] & mine.straggler
         totals_column = local[:, column].where(owns, -math.inf)
         holders = _with_tail(torch.cat([holders, totals_column]), mine.holders())
-    holders = _with_tail(holders, held.holders(tail[5:]) if held else [])
-    wire.all_reduce(holders, dist.ReduceOp.MAX)
+    holders = _with_tail(
+        holders, (held.holders(tail[5:]) if held else []) + counted.holders(rate_extremes)
+    )
+    holders, rate_holders = _reduced(wire, holders, dist.ReduceOp.MAX, counted.holders_n)
     totals = sums[: rows * columns].view(rows, columns).tolist()
     ranks = [int(row[-1]) for row in totals]
     absent = _absent(running, ranks, wire, rank, world)
@@ -289,9 +196,9 @@ def _reduce(
     job = _job_view(
         scale, rank, present, (totals, bounds[0]), (extremes, sums), found=found, slow=slow
     )
-    if rows > 2 * len(present) + 64:  # paths gone from every rank: forget them alike
-        _TABLE.keep(present)
-    return result, found, job, _memory_of(held, tail[5:], sums, holders)
+    _forget_gone(present, counted.present(rate_sums))
+    rates = counted.spreads(_TABLE.units, rate_extremes, rate_sums, rate_holders)
+    return result, found, job, _memory_of(held, tail[5:], sums, holders), rates
 
 
 def _memory_of(
@@ -391,6 +298,21 @@ def _spreads(
             ranks=ranks[row], absent=absent.get(row, ()), **per_stat
         )
     return result
+
+
+def _reduced(
+    wire: _Wire, tensor: torch.Tensor, op: dist.ReduceOp.RedOpType, units: int
+) -> tuple[torch.Tensor, list[float]]:
+    """Reduce `tensor`; return it without its last `units` values (the rates'), and those."""
+    wire.all_reduce(tensor, op)
+    cut = len(tensor) - units
+    return tensor[:cut], tensor[cut:].tolist()
+
+
+def _forget_gone(paths: list[int], units: list[int]) -> None:
+    """Forget the paths and units gone from every rank, alike, once they are many."""
+    if len(_TABLE) > 2 * len(paths) + 64 or len(_TABLE.units) > 2 * len(units) + 64:
+        _TABLE.keep(paths, units)
 
 
 def _with_tail(grid: torch.Tensor, tail: list[float]) -> torch.Tensor:

@@ -48,6 +48,7 @@ from looptrace._export.metrics import (
     ITEMS,
     ITEMS_DESCRIPTION,
     ITEMS_METRIC,
+    ITEMS_RATE,
     ITEMS_RATE_DESCRIPTION,
     ITEMS_RATE_METRIC,
     QUANTILE,
@@ -64,6 +65,7 @@ from looptrace._stats.buckets import BOUNDARIES_S
 from looptrace._stats.health import Incidents
 from looptrace._stats.job import JobHistogram
 from looptrace._stats.snapshot import SectionStats, Snapshot
+from looptrace._stats.spread import RateSpread
 from looptrace._stats.straggler import RankFigures, Straggler
 from looptrace._stats.version import version
 
@@ -127,7 +129,9 @@ class Totals:
     `items` holds the units counted per (path, unit) over the windows, `rates` their units
     per second in the latest window that counted them. `outside_wait_s` adds up this rank's
     lap time outside wait sections. On the rank that serves the job's series, `job` holds
-    the job's series per path over the cross-rank windows and `straggler` the latest one's.
+    the job's series per path over the cross-rank windows and `straggler` the latest one's,
+    and `job_rates` per (path, unit) its spread over the ranks in the latest cross-rank
+    window that counted it.
     """
 
     start_ns: int | None = None
@@ -139,6 +143,7 @@ class Totals:
     job: dict[str, Series] = field(default_factory=dict)
     straggler: Straggler | None = None
     memory: dict[str, float] = field(default_factory=dict)  # the latest window's, in bytes
+    job_rates: dict[tuple[str, str], RateSpread] = field(default_factory=dict)
 
     def copy(self) -> Totals:
         """Return an independent copy."""
@@ -152,6 +157,7 @@ class Totals:
             {path: s.copy() for path, s in self.job.items()},
             self.straggler,
             dict(self.memory),
+            dict(self.job_rates),
         )
 
     def add(
@@ -201,6 +207,8 @@ class Totals:
                     series = self.job[path] = Series()
                 series.add_job(histogram)
             self.straggler = snapshot.straggler
+            for path, units in (snapshot.rates_across_ranks or {}).items():
+                self.job_rates.update(((path, unit), s) for unit, s in units.items())
 
 
 class DeltaCursor:
@@ -501,7 +509,7 @@ class CumulativeHistograms:
                 _gauge(
                     ITEMS_RATE_METRIC,
                     ITEMS_RATE_DESCRIPTION,
-                    "{item}/s",
+                    ITEMS_RATE,
                     [
                         (item_attributes(path, unit, self.attributes), value)
                         for (path, unit), value in sorted(totals.rates.items())

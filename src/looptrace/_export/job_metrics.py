@@ -4,7 +4,8 @@ At 16,384 ranks, the full per-section detail of every rank is more series than a
 Prometheus holds. Every rank serves a few series of its own (its steps, their p50 and p99,
 its lap time outside wait sections, the units it counted); the ranks that a cross-rank
 window names (`JobView.detail`) serve their full detail as well; and one rank serves the
-job's histograms, summed over every rank in the reduce, without a rank attribute.
+job's histograms, summed over every rank in the reduce, and its throughput (the ranks'
+rates summed, the lowest and highest rank's rate, the slowest rank), without a rank attribute.
 """
 
 from __future__ import annotations
@@ -27,8 +28,16 @@ from looptrace._export.metrics import (
     BYTES,
     CHRONIC_RANK_DESCRIPTION,
     CHRONIC_RANK_METRIC,
+    EXTREME,
+    ITEMS_RATE,
     JOB_DURATION_DESCRIPTION,
     JOB_DURATION_METRIC,
+    JOB_ITEMS_RATE_DESCRIPTION,
+    JOB_ITEMS_RATE_METRIC,
+    JOB_RANK_RATE_DESCRIPTION,
+    JOB_RANK_RATE_METRIC,
+    JOB_SLOWEST_RANK_DESCRIPTION,
+    JOB_SLOWEST_RANK_METRIC,
     JOB_WINDOW_DESCRIPTION,
     JOB_WINDOW_METRIC,
     MEMORY,
@@ -51,6 +60,7 @@ from looptrace._export.metrics import (
     STRAGGLER_RANK_DESCRIPTION,
     STRAGGLER_RANK_METRIC,
     job_attributes,
+    job_item_attributes,
     section_attributes,
 )
 from looptrace._stats.buckets import BOUNDARIES_S
@@ -118,6 +128,23 @@ def straggler_points(totals: Totals, base: dict[str, int]) -> tuple[Points, Poin
     )
 
 
+def job_rate_points(totals: Totals, base: dict[str, int]) -> tuple[Points, Points, Points]:
+    """Return the job's units per second, the lowest and highest rank's, and the slowest rank.
+
+    Per (path, unit) some rank counted in the latest cross-rank window that counted it.
+    """
+    job: Points = []
+    extremes: Points = []
+    slowest: Points = []
+    for (path, unit), spread in sorted(totals.job_rates.items()):
+        attributes = job_item_attributes(path, unit, base)
+        job.append((attributes, spread.per_s))
+        extremes.append(({**attributes, EXTREME: "min"}, spread.min))
+        extremes.append(({**attributes, EXTREME: "max"}, spread.max))
+        slowest.append((attributes, float(spread.slowest_rank)))
+    return job, extremes, slowest
+
+
 def memory_points(totals: Totals, base: dict[str, int]) -> Points:
     """Return this rank's memory figures of the latest window that read them, in bytes."""
     return [({**base, MEMORY: name}, value) for name, value in sorted(totals.memory.items())]
@@ -175,10 +202,14 @@ def job_metrics(
         _gauge(JOB_WINDOW_METRIC, JOB_WINDOW_DESCRIPTION, SECONDS, quantiles, start=start, now=now),
     ]
     rank, excess, chronic = straggler_points(totals, base)
+    rate, extremes, slowest = job_rate_points(totals, base)
     for name, description, unit, points in (
         (STRAGGLER_RANK_METRIC, STRAGGLER_RANK_DESCRIPTION, RANKS, rank),
         (STRAGGLER_EXCESS_METRIC, STRAGGLER_EXCESS_DESCRIPTION, SECONDS, excess),
         (CHRONIC_RANK_METRIC, CHRONIC_RANK_DESCRIPTION, RANKS, chronic),
+        (JOB_ITEMS_RATE_METRIC, JOB_ITEMS_RATE_DESCRIPTION, ITEMS_RATE, rate),
+        (JOB_RANK_RATE_METRIC, JOB_RANK_RATE_DESCRIPTION, ITEMS_RATE, extremes),
+        (JOB_SLOWEST_RANK_METRIC, JOB_SLOWEST_RANK_DESCRIPTION, RANKS, slowest),
     ):
         if points:
             found.append(_gauge(name, description, unit, points, start=start, now=now))

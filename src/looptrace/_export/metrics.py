@@ -41,6 +41,7 @@ ITEMS_RATE_METRIC = "looptrace.items.window.rate"
 ITEMS_RATE_DESCRIPTION = "Units per second of wall time over the latest reset() window."
 UNIT = "looptrace.unit"  # the attribute naming the unit counted
 ITEMS = "{item}"
+ITEMS_RATE = "{item}/s"
 
 
 def item_attributes(path: str, unit: str, base: dict[str, int]) -> dict[str, str | int]:
@@ -67,6 +68,21 @@ STRAGGLER_EXCESS_DESCRIPTION = (
 )
 CHRONIC_RANK_METRIC = "looptrace.job.chronic_straggler.rank"
 CHRONIC_RANK_DESCRIPTION = "A rank that was the straggler in most recent cross-rank windows."
+JOB_ITEMS_RATE_METRIC = "looptrace.job.items.window.rate"
+JOB_ITEMS_RATE_DESCRIPTION = (
+    "The job's units per second over the latest cross-rank window that counted them: the sum "
+    "of the rates of the ranks that counted them."
+)
+JOB_RANK_RATE_METRIC = "looptrace.job.items.window.rank_rate"
+JOB_RANK_RATE_DESCRIPTION = (
+    "The lowest and the highest rank's units per second (looptrace.extreme: min, max) over the "
+    "latest cross-rank window that counted them."
+)
+JOB_SLOWEST_RANK_METRIC = "looptrace.job.items.slowest_rank"
+JOB_SLOWEST_RANK_DESCRIPTION = (
+    "The rank with the fewest units per second in the latest cross-rank window that counted them."
+)
+EXTREME = "looptrace.extreme"  # the attribute naming which rank's rate a point is: min, max
 
 # Every rank's few series, whether or not it serves its full detail.
 RANK_STEPS_METRIC = "looptrace.rank.steps"
@@ -85,6 +101,11 @@ RANKS = "{rank}"
 def job_attributes(path: str, base: dict[str, int]) -> dict[str, str | int]:
     """Return the attributes of the job's points of a section: those of `base` but the rank."""
     return section_attributes(path, {k: v for k, v in base.items() if k != RANK})
+
+
+def job_item_attributes(path: str, unit: str, base: dict[str, int]) -> dict[str, str | int]:
+    """Return the attributes of the job's points of a unit counted: no rank attribute."""
+    return item_attributes(path, unit, {k: v for k, v in base.items() if k != RANK})
 
 
 MEMORY_METRIC = "looptrace.memory.window"

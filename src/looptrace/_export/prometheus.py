@@ -33,6 +33,12 @@ that asks for OpenMetrics (Prometheus does) also gets the buckets' exemplars.
 ``looptrace_job_straggler_rank``,              gauges of the latest cross-rank window's
 ``looptrace_job_straggler_excess_seconds``,    straggler, and of a chronic straggler
 ``looptrace_job_chronic_straggler_rank``
+``looptrace_job_items_window_rate``            gauge: the job's units per second (the ranks'
+                                               rates summed) per path and ``looptrace_unit``,
+                                               latest cross-rank window that counted them
+``looptrace_job_items_window_rank_rate``       gauge: the lowest and highest rank's units per
+                                               second (``looptrace_extreme``: min, max)
+``looptrace_job_items_slowest_rank``           gauge: the rank with the fewest units per second
 =============================================  ================================================
 
 Every rank serves the `rank_` series and its units counted. The section histograms and

@@ -17,10 +17,19 @@ from prometheus_client.core import (
 from prometheus_client.utils import floatToGoString
 
 from looptrace._export.cumulative import Series, Totals
-from looptrace._export.job_metrics import Points, memory_points, rank_figures, straggler_points
+from looptrace._export.job_metrics import (
+    Points,
+    job_rate_points,
+    memory_points,
+    rank_figures,
+    straggler_points,
+)
 from looptrace._export.metrics import (
     CHRONIC_RANK_DESCRIPTION,
     JOB_DURATION_DESCRIPTION,
+    JOB_ITEMS_RATE_DESCRIPTION,
+    JOB_RANK_RATE_DESCRIPTION,
+    JOB_SLOWEST_RANK_DESCRIPTION,
     JOB_WINDOW_DESCRIPTION,
     MEMORY_DESCRIPTION,
     QUANTILE,
@@ -43,6 +52,9 @@ STRAGGLER_RANK_FAMILY = "looptrace_job_straggler_rank"
 STRAGGLER_EXCESS_FAMILY = "looptrace_job_straggler_excess_seconds"
 CHRONIC_RANK_FAMILY = "looptrace_job_chronic_straggler_rank"
 MEMORY_FAMILY = "looptrace_memory_window_bytes"
+JOB_ITEMS_RATE_FAMILY = "looptrace_job_items_window_rate"
+JOB_RANK_RATE_FAMILY = "looptrace_job_items_window_rank_rate"
+JOB_SLOWEST_RANK_FAMILY = "looptrace_job_items_slowest_rank"
 _LE = (*(floatToGoString(b) for b in BOUNDARIES_S), "+Inf")  # type: ignore[no-untyped-call]
 
 Label = Callable[[str], str]
@@ -70,7 +82,7 @@ def memory_families(totals: Totals, base: dict[str, int], label: Label) -> Itera
 
 
 def job_families(totals: Totals, base: dict[str, int], label: Label) -> Iterator[Metric]:
-    """Yield the job's histograms, quantiles and straggler, where this rank serves them."""
+    """Yield the job's histograms, quantiles, straggler and throughput where this rank serves."""
     if not totals.job:
         return
     series = sorted(totals.job.items())
@@ -88,10 +100,14 @@ def job_families(totals: Totals, base: dict[str, int], label: Label) -> Iterator
     yield duration
     yield window
     rank, excess, chronic = straggler_points(totals, base)
+    rate, extremes, slowest = job_rate_points(totals, base)
     for name, description, points in (
         (STRAGGLER_RANK_FAMILY, STRAGGLER_RANK_DESCRIPTION, rank),
         (STRAGGLER_EXCESS_FAMILY, STRAGGLER_EXCESS_DESCRIPTION, excess),
         (CHRONIC_RANK_FAMILY, CHRONIC_RANK_DESCRIPTION, chronic),
+        (JOB_ITEMS_RATE_FAMILY, JOB_ITEMS_RATE_DESCRIPTION, rate),
+        (JOB_RANK_RATE_FAMILY, JOB_RANK_RATE_DESCRIPTION, extremes),
+        (JOB_SLOWEST_RANK_FAMILY, JOB_SLOWEST_RANK_DESCRIPTION, slowest),
     ):
         if points:
             yield _family(GaugeMetricFamily, name, description, points, label)

@@ -17,7 +17,8 @@ from looptrace._export.line_file import FLUSH_TIMEOUT_S, LineFile, loss_line
 from looptrace._export.records import SNAPSHOT_KIND, SNAPSHOT_VERSION
 from looptrace._export.window_queue import WindowQueue
 from looptrace._stats.health import Incidents
-from looptrace._stats.snapshot import Snapshot, rates_dict
+from looptrace._stats.rate_metrics import rates_dict
+from looptrace._stats.snapshot import Snapshot
 
 
 class SnapshotFileWriter:
@@ -37,8 +38,11 @@ class SnapshotFileWriter:
     and `mfu` where known; undefined as null), and for the windows of every timer `memory`
     (`WindowMemory` as a dict, bytes) and, reduced across ranks, `memory_across_ranks`
     (figure -> its `RankSpread` as a dict: min, max, mean, slowest_rank holding the most;
-    figures no rank measured left out). A
-    window in which nothing was measured writes no line.
+    figures no rank measured left out), and where some rank counted units
+    `rates_across_ranks` (path -> unit -> its `RateSpread` as a dict: the job's `total` and
+    `per_s`, the ranks' `min`, `max`, `mean` rate, `slowest_rank` with the least,
+    `fastest_rank`, and how many `ranks` counted it). A window in which nothing was measured
+    writes no line.
 
     `reset()` only queues its window; a thread of its own encodes and writes the lines, in
     order. Windows dropped because it fell `MAX_QUEUED_WINDOWS` behind, or that could not be
@@ -140,6 +144,8 @@ class SnapshotFileWriter:
                 figure: _json_safe(spread.to_dict())
                 for figure, spread in snapshot.memory_across_ranks.items()
             }
+        if snapshot.rates_across_ranks:  # reset(across_ranks=True): the job's throughput
+            record["rates_across_ranks"] = _json_safe(rates_dict(snapshot.rates_across_ranks))
         if snapshot.straggler is not None:  # the rank the others waited for
             record["straggler"] = _json_safe(snapshot.straggler.to_dict())
         findings = _findings(snapshot)

@@ -17,8 +17,10 @@ from typing import Any
 
 from looptrace._export.records import LOSS_KIND, SNAPSHOT_KIND
 from looptrace._offline.progress import ByteProgress, Progress
+from looptrace._offline.rate_spread import rate_spreads
 from looptrace._offline.text import one_line
 from looptrace._stats.snapshot import METRIC_STATS, SectionStats
+from looptrace._stats.spread import RateSpread
 
 Warn = Callable[[str], None]
 
@@ -202,6 +204,7 @@ class Window:
     counted: dict[tuple[str, str], float] | None = None  # `rates` totals by (path, unit)
     mfu: dict[tuple[str, str], float] | None = None  # `rates` MFU by (path, unit), where known
     memory: dict[str, int] | None = None  # the measured figures of `memory`, bytes
+    rates_spread: dict[tuple[str, str], RateSpread] | None = None  # `rates_across_ranks`
 
 
 def load_windows(kind: str, files: Sequence[JsonLinesFile], warn: Warn) -> list[Window]:
@@ -274,6 +277,7 @@ def _snapshot(record: dict[str, Any]) -> Window:
         counted=_counted(record.get("rates")),
         mfu=_mfu(record.get("rates")),
         memory=_memory(record.get("memory")),
+        rates_spread=rate_spreads(record.get("rates_across_ranks")),
     )
 
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 from looptrace._offline.reader import InputError, Window
 from looptrace._offline.table import render_table
 from looptrace._offline.text import escaped
-from looptrace._offline.throughput import memory_line, throughput_lines
+from looptrace._offline.throughput import job_rate_lines, memory_line, throughput_lines
 from looptrace._stats.buckets import BOUNDARIES_S
 from looptrace._stats.sketch import nearest_rank
 from looptrace._stats.snapshot import SectionStats
@@ -132,7 +132,11 @@ def summarize_windows(windows: Sequence[Window]) -> Summary:
         description=description,
         estimated=len(windows) > 1,
         spread=_spread(windows) if len(per_rank) == 1 else None,
-        counted=(*throughput_lines(windows), *filter(None, [memory_line(windows)])),
+        counted=(
+            *throughput_lines(windows),
+            *job_rate_lines(windows),
+            *filter(None, [memory_line(windows)]),
+        ),
     )
 
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
-from collections import defaultdict
-from collections.abc import Sequence
+from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
 
 from looptrace._offline.reader import Window
+from looptrace._offline.text import escaped
+from looptrace._stats.spread import RateSpread
 
 _DEVICE_PEAKS = ("device_peak_allocated", "device_peak_reserved")
 _DEVICE_COUNTS = (("device_alloc_retries", "allocator retries"), ("device_ooms", "OOMs"))
@@ -40,7 +42,7 @@ def throughput_lines(windows: Sequence[Window]) -> list[str]:
                 lap_s[key][window.rank] += stats.total
     lines = []
     for key in sorted(totals):
-        path, unit = key
+        path, unit = escaped(key[0]), escaped(key[1])
         total = sum(totals[key].values())
         per_s = _job_rate(totals[key], seconds[key])
         per_lap_s = _job_rate(totals[key], lap_s[key])
@@ -51,6 +53,61 @@ def throughput_lines(windows: Sequence[Window]) -> list[str]:
             + _mfu_part(used.get(key), seconds[key])
         )
     return lines
+
+
+def job_rate_lines(windows: Sequence[Window]) -> list[str]:
+    """Return one line per (timer path, unit) of the windows reduced across ranks.
+
+    Read from the lowest rank whose windows carry `rates_across_ranks` (every rank holds the
+    same): the job's rate (the sum of the ranks' rates, weighted by each window's wall
+    time), how many ranks counted, and the rank named slowest (least units per second) and
+    fastest in most windows, each at its rates' mean in the windows that named it.
+    """
+    reduced = [w for w in windows if w.rates_spread]
+    if not reduced:
+        return []
+    first = min(w.rank for w in reduced)
+    found: dict[tuple[str, str], list[tuple[RateSpread, float]]] = defaultdict(list)
+    for window in reduced:
+        if window.rank == first:
+            for key, spread in (window.rates_spread or {}).items():
+                found[key].append((spread, window.seconds))
+    lines = []
+    for key, spreads in sorted(found.items()):
+        path, unit = escaped(key[0]), escaped(key[1])
+        slowest, slow_n, slow_at = _named(spreads, lambda s: (s.slowest_rank, s.min))
+        fastest, _, fast_at = _named(spreads, lambda s: (s.fastest_rank, s.max))
+        job = _weighted([(s.per_s, seconds) for s, seconds in spreads])
+        ranks = max(s.ranks for s, _ in spreads)
+        lines.append(
+            f"throughput {path} {unit} across ranks: job {_number(job)} {unit}/s "
+            f"({ranks} {'rank' if ranks == 1 else 'ranks'}); slowest rank {slowest} at "
+            f"{_number(slow_at)}/s, fastest rank {fastest} at {_number(fast_at)}/s"
+            + (f" (slowest in {slow_n} of {len(spreads)} windows)" if len(spreads) > 1 else "")
+        )
+    return lines
+
+
+def _named(
+    spreads: Sequence[tuple[RateSpread, float]],
+    figure: Callable[[RateSpread], tuple[int, float]],
+) -> tuple[int, int, float]:
+    """Return the rank named in most windows (the lowest on a tie), how often, its mean rate."""
+    votes = Counter(figure(s)[0] for s, _ in spreads)
+    rank = min(votes, key=lambda r: (-votes[r], r))
+    rates = [(figure(s)[1], seconds) for s, seconds in spreads if figure(s)[0] == rank]
+    return rank, votes[rank], _weighted(rates)
+
+
+def _weighted(rates: Sequence[tuple[float, float]]) -> float:
+    """Return the mean of `(rate, seconds)` weighted by the seconds (plain without any)."""
+    known = [(rate, seconds) for rate, seconds in rates if not math.isnan(rate)]
+    if not known:
+        return math.nan
+    seconds = sum(s for _, s in known)
+    if seconds <= 0:
+        return sum(rate for rate, _ in known) / len(known)
+    return sum(rate * s for rate, s in known) / seconds
 
 
 def memory_line(windows: Sequence[Window]) -> str | None:

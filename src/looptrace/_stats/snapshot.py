@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 from looptrace._stats.buckets import BOUNDARIES_S
 from looptrace._stats.job import JobView
 from looptrace._stats.memory import WindowMemory
-from looptrace._stats.rates import RATE_STATS, Flops, Rate, flops_of, rates_of, sum_counts
+from looptrace._stats.rate_metrics import rate_metrics, rate_spread_metrics, rates_dict
+from looptrace._stats.rates import Flops, Rate, flops_of, rates_of, sum_counts
 from looptrace._stats.roles import Roles
-from looptrace._stats.spread import RankSpread, SectionSpread
+from looptrace._stats.spread import RankSpread, RateSpread, SectionSpread
 from looptrace._stats.straggler import Straggler
 from looptrace._stats.tally import Tally
 from looptrace._stats.thresholds import DEFAULTS, thresholds
@@ -100,6 +101,10 @@ class Snapshot(Mapping[str, SectionStats]):
     figure some rank measured (`host_rss`, `host_peak_rss`, `device_peak_allocated`,
     `device_peak_reserved`), its `RankSpread` over the ranks that measured it (min, max, mean,
     `slowest_rank`: the rank holding the most, `fastest_rank`: the least); None otherwise.
+    Likewise `rates_across_ranks[path][unit]` holds, per unit some rank counted, its
+    `RateSpread`: the job's units and units per second (the sums over the ranks that
+    counted it), the lowest and highest rank's rate and which ranks hold them
+    (`slowest_rank`: the least); None outside a cross-rank window.
     `past` is what the live looptrace kept of the run before the window (`Past`: memory
     since the warm-up, earlier rates), for the diagnosis's memory creep and throughput drop;
     None where nothing was kept (a snapshot made elsewhere).
@@ -122,6 +127,7 @@ class Snapshot(Mapping[str, SectionStats]):
         "memory_across_ranks",
         "past",
         "rank",
+        "rates_across_ranks",
         "roles",
         "start_ns",
         "step",
@@ -181,6 +187,8 @@ class Snapshot(Mapping[str, SectionStats]):
         self.memory = memory
         # How the memory figures spread over the ranks (`reset(across_ranks=True)`; else None).
         self.memory_across_ranks: Mapping[str, RankSpread] | None = None
+        # How the units counted spread over the ranks (`reset(across_ranks=True)`; else None).
+        self.rates_across_ranks: Mapping[str, Mapping[str, RateSpread]] | None = None
         # The run before this window, as the live looptrace kept it (None: not kept).
         self.past: Past | None = None
 
@@ -274,7 +282,8 @@ class Snapshot(Mapping[str, SectionStats]):
         With cross-rank data, one more key, `"across_ranks"`, holds
         `{path: {"ranks": n, "absent": [...], stat: {min, max, mean, slowest_rank}}}`; with
         units counted, `"rates"` holds `{path: {unit: {total, per_s, per_lap_s, per_lap}}}`
-        (and `mfu` where it is known).
+        (and `mfu` where it is known), and in a cross-rank window where some rank counted,
+        `"rates_across_ranks"` holds `{path: {unit: RateSpread as a dict}}`.
         """
         data: dict[str, dict[str, Any]] = {path: stats.to_dict() for path, stats in self.items()}
         if self.across_ranks is not None:
@@ -283,6 +292,8 @@ class Snapshot(Mapping[str, SectionStats]):
             }
         if self.rates:
             data["rates"] = rates_dict(self.rates)
+        if self.rates_across_ranks:
+            data["rates_across_ranks"] = rates_dict(self.rates_across_ranks)
         return data
 
     def as_metrics(
@@ -306,7 +317,11 @@ class Snapshot(Mapping[str, SectionStats]):
         Statistics that are undefined for a window (NaN) are left out, since most loggers
         reject them. Every unit a timer counted (`Snapshot.rates`) adds `{prefix}.{path}.{unit}`
         (the total) and `.{unit}_per_s`, `.{unit}_per_lap_s`, `.{unit}_per_lap`
-        (`timing.root.train.tokens_per_s`), and `.{unit}_mfu` where the MFU is known. With
+        (`timing.root.train.tokens_per_s`), and `.{unit}_mfu` where the MFU is known; in a
+        cross-rank window `.{unit}.job` (the job's units), `.{unit}.job_ranks` (the ranks that
+        counted them), `.{unit}_per_s.job` (the job's units per second) and
+        `.{unit}_per_s.min_rank`, `.max_rank`, `.mean_rank`, `.slowest_rank` (the rank with the
+        least) and `.fastest_rank` (see `RateSpread`). With
         `memory=True` the window's measured memory figures (`Snapshot.memory`) are added as
         `{prefix}.memory.{figure}` (`timing.memory.device_peak_allocated_bytes`), and in a
         cross-rank window their spread as `{prefix}.memory.{figure}.max_rank`, `.min_rank`,
@@ -335,6 +350,7 @@ class Snapshot(Mapping[str, SectionStats]):
                     if parts[0] == "ranks" or parts[0] in chosen:
                         flat[sep.join((name, *parts))] = value
         flat.update(rate_metrics(self.rates, head, sep, levels))
+        flat.update(rate_spread_metrics(self.rates_across_ranks or {}, head, sep, levels))
         if memory and self.memory is not None:
             for key, value in self.memory.metrics().items():
                 flat[f"{head}memory{sep}{key}"] = value
@@ -350,6 +366,7 @@ class Snapshot(Mapping[str, SectionStats]):
         straggler: Straggler | None = None,
         job: JobView | None = None,
         memory: Mapping[str, RankSpread] | None = None,
+        rates: Mapping[str, Mapping[str, RateSpread]] | None = None,
     ) -> Snapshot:
         """Return a copy of this snapshot that carries cross-rank data."""
         self._ready()  # the copy shares the statistics
@@ -358,6 +375,12 @@ class Snapshot(Mapping[str, SectionStats]):
         reduced.straggler = straggler
         reduced.job = job
         reduced.memory_across_ranks = None if memory is None else MappingProxyType(dict(memory))
+        reduced.rates_across_ranks = MappingProxyType(
+            {
+                path: MappingProxyType(dict(sorted(units.items())))
+                for path, units in sorted((rates or {}).items())
+            }
+        )
         return reduced
 
     def diagnosis(self, **overrides: float) -> list[Finding]:
@@ -377,34 +400,6 @@ class Snapshot(Mapping[str, SectionStats]):
 
         limits = thresholds({**self.limits, **overrides}) if overrides else self.limits
         return diagnose(self, self.roles, limits)
-
-
-def rate_metric_names(unit: str) -> tuple[str, ...]:
-    """Return the metric names of a unit's `RATE_STATS`: `tokens`, `tokens_per_s`, ..."""
-    return (unit, f"{unit}_per_s", f"{unit}_per_lap_s", f"{unit}_per_lap", f"{unit}_mfu")
-
-
-def rate_metrics(
-    rates: Mapping[str, Mapping[str, Rate]], head: str, sep: str, levels: Callable[[str], str]
-) -> dict[str, float]:
-    """Return the flat metrics of `rates` as `as_metrics()` names them (NaN left out)."""
-    flat: dict[str, float] = {}
-    for path, units in rates.items():
-        name = f"{head}{levels(path)}"
-        for unit, rate in units.items():
-            for stat, metric in zip(RATE_STATS, rate_metric_names(levels(unit)), strict=True):
-                figure = getattr(rate, stat)
-                if figure is not None and not math.isnan(figure):
-                    flat[f"{name}{sep}{metric}"] = figure
-    return flat
-
-
-def rates_dict(rates: Mapping[str, Mapping[str, Rate]]) -> dict[str, dict[str, Any]]:
-    """Return `{path: {unit: {total, per_s, per_lap_s, per_lap[, mfu]}}}` as plain data."""
-    return {
-        path: {unit: rate.to_dict() for unit, rate in units.items()}
-        for path, units in rates.items()
-    }
 
 
 def _chosen(stats: Iterable[str]) -> tuple[str, ...]:
