@@ -5,7 +5,8 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from looptrace import configure
+from looptrace import RankInfo, configure
+from looptrace._core.ids import step_ids
 from looptrace._offline.reader import open_inputs
 from looptrace._offline.span_records import SpanRecord, load_spans
 from looptrace._offline.summary import summarize_spans
@@ -43,6 +44,7 @@ def test_each_request_reads_back_as_a_step_with_its_section_inside(tmp_path: Pat
         ("serve", 1, "", "MainThread"),
     ]
     assert [(h.parent_id, h.thread_name) for h in handles] == [(s.span_id, None) for s in steps]
+    assert [p.parent_id for p in by_path["root.serve.handle.parse"]] == [h.span_id for h in handles]
     assert [(s.start_ns, s.end_ns) for s in steps] == [(h.start_ns, h.end_ns) for h in handles]
     assert all("looptrace.step_of" not in s.attributes for s in spans)
     summary = summarize_spans(spans)
@@ -96,3 +98,29 @@ def test_requests_of_two_threads_read_back_as_steps_of_their_own(tmp_path: Path)
     assert {s.step for s in steps.values()} == {0}
     handles = sorted((s.parent_id, s.start_ns) for s in spans if s.path == "root.serve.handle")
     assert handles == sorted((s.span_id, s.start_ns) for s in steps.values())
+
+
+def test_another_ranks_step_names_rank_0s_step_as_its_parent(tmp_path: Path) -> None:
+    """With a run id, rank 1's request names rank 0's: read back, step under step, as laps do."""
+    for rank in (0, 1):
+        clock = FakeClock(start_s=0.0)
+        lt = configure(
+            clock=clock,
+            trace_every=1,
+            run_id="run-1",
+            rank=RankInfo(rank=rank, world_size=2),
+            trace_file=tmp_path / "spans.jsonl",
+        )
+        with lt.timer("serve").section("handle"):
+            clock.advance(0.1)
+        lt.shutdown()
+    spans: list[SpanRecord] = []
+    for path in sorted(tmp_path.glob("spans*.jsonl")):
+        spans += _read(path)
+    steps = {s.rank: s for s in spans if s.path == "root.serve"}
+    handles = {s.rank: s for s in spans if s.path == "root.serve.handle"}
+    trace_id, root_id = step_ids("run-1", "root.serve", 0)
+    assert steps[0].span_id == f"{root_id:016x}"
+    assert (steps[0].parent_id, steps[1].parent_id) == ("", steps[0].span_id)
+    assert {s.trace_id for s in spans} == {f"{trace_id:032x}"}
+    assert [handles[rank].parent_id for rank in (0, 1)] == [steps[0].span_id, steps[1].span_id]

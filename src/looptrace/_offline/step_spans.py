@@ -34,8 +34,13 @@ _Key = tuple[int, int | None, str, int | None]
 
 
 def with_steps(spans: Sequence[SpanRecord]) -> list[SpanRecord]:
-    """Return `spans` with the never-lapped timers' steps given back, after all of them."""
+    """Return `spans` with the never-lapped timers' steps given back, after all of them.
+
+    A step takes its (first) root's span id, which another rank's root names as its remote
+    parent; the root becomes the section inside it, and the spans below follow it there.
+    """
     steps: dict[_Key, SpanRecord] = {}
+    moved: dict[tuple[int, str], str] = {}  # (rank, a root's span id) -> its section's id
     found: list[SpanRecord] = []
     for span in spans:
         timer = span.attributes.get(STEP_OF)
@@ -49,7 +54,16 @@ def with_steps(spans: Sequence[SpanRecord]) -> list[SpanRecord]:
         else:
             start, end = min(step.start_ns, span.start_ns), max(step.end_ns, span.end_ns)
             step = steps[key] = replace(step, start_ns=start, end_ns=end)
-        found.append(_section(span, step.span_id))
+        section = _section(span, step.span_id)
+        moved[span.rank, span.span_id] = section.span_id
+        found.append(section)
+    sections = set(moved.values())
+    found = [
+        replace(span, parent_id=moved[span.rank, span.parent_id])
+        if span.span_id not in sections and (span.rank, span.parent_id) in moved
+        else span
+        for span in found
+    ]
     return [*found, *steps.values()]
 
 
@@ -58,7 +72,6 @@ def _step(root: SpanRecord, timer: str) -> SpanRecord:
     attributes = {k: v for k, v in root.attributes.items() if k != STEP_OF}
     return replace(
         root,
-        span_id=f"{root.span_id}.step",
         name=timer.rsplit(".", 1)[-1],
         path=timer,
         error=False,
@@ -70,4 +83,11 @@ def _step(root: SpanRecord, timer: str) -> SpanRecord:
 def _section(root: SpanRecord, step_id: str) -> SpanRecord:
     """Return the section of root span `root` inside its step `step_id`, as sections read."""
     attributes = {k: v for k, v in root.attributes.items() if k != STEP_OF and k not in _LAP_ONLY}
-    return replace(root, parent_id=step_id, thread_id=None, thread_name=None, attributes=attributes)
+    return replace(
+        root,
+        span_id=f"{root.span_id}.section",
+        parent_id=step_id,
+        thread_id=None,
+        thread_name=None,
+        attributes=attributes,
+    )
