@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -40,3 +44,38 @@ def finish_ranks(procs: Sequence[subprocess.Popen[bytes]], timeout_s: float) -> 
                 proc.wait()
     for rank, (proc, out) in enumerate(zip(procs, outputs, strict=True)):
         assert proc.returncode == 0, f"rank {rank} failed:\n{out}"
+
+
+def run_ranks(
+    worker: Path,
+    world: int,
+    workdir: Path,
+    args: Sequence[str] = (),
+    *,
+    timeout_s: float,
+    one_host_each: bool = False,
+) -> list[Any]:
+    """Run `world` gloo ranks of `worker` to the end; return each one's JSON result, rank order.
+
+    Each rank runs `worker STORE RESULT *args`, joined through the file store
+    `workdir/store`, writing its result to `workdir/<rank>`. `one_host_each`: every rank
+    has `LOCAL_RANK` 0 (e.g. so that each names its own Prometheus port).
+    """
+    procs = []
+    for rank in range(world):
+        env = {
+            **os.environ,
+            "RANK": str(rank),
+            "LOCAL_RANK": "0" if one_host_each else str(rank),
+            "WORLD_SIZE": str(world),
+            "LOCAL_WORLD_SIZE": str(world),
+            "GLOO_SOCKET_IFNAME": "lo",
+        }
+        command = [sys.executable, str(worker), str(workdir / "store"), str(workdir / f"{rank}")]
+        procs.append(
+            subprocess.Popen(
+                [*command, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+            )
+        )
+    finish_ranks(procs, timeout_s)
+    return [json.loads((workdir / f"{rank}").read_text()) for rank in range(world)]

@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +13,7 @@ from looptrace._stats.spread import SPREAD_STATS
 # The test extra's torch; CI's other Python versions run without it (.ci/other-pythons).
 pytest.importorskip("torch.distributed", reason="needs torch (the test extra)")
 from tests import rank_worker
-from tests.processes import finish_ranks
+from tests.processes import run_ranks
 
 WORKER = Path(rank_worker.__file__)
 JOB_TIMEOUT_S = 120
@@ -89,24 +85,8 @@ def run_job(
 
     `scenario` (`("skipped",)` or `("fault", AFTER)`) runs `rank_worker.scenario` instead.
     """
-    procs = []
-    for rank in range(world):
-        env = {
-            **os.environ,
-            "RANK": str(rank),
-            "LOCAL_RANK": str(rank),
-            "WORLD_SIZE": str(world),
-            "LOCAL_WORLD_SIZE": str(world),
-            "GLOO_SOCKET_IFNAME": "lo",
-        }
-        command = [sys.executable, str(WORKER), str(workdir / "store"), str(workdir / f"{rank}")]
-        command += [] if listed is None else [str(listed)]
-        command += list(scenario)
-        procs.append(
-            subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        )
-    finish_ranks(procs, JOB_TIMEOUT_S)
-    return [json.loads((workdir / f"{rank}").read_text()) for rank in range(world)]
+    args = ([] if listed is None else [str(listed)]) + list(scenario)
+    return run_ranks(WORKER, world, workdir, args, timeout_s=JOB_TIMEOUT_S)
 
 
 _JOBS: dict[tuple[int, int | None], list[dict[str, Any]]] = {}

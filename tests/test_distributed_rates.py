@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +12,7 @@ pytest.importorskip("torch.distributed", reason="needs torch (the test extra)")
 
 from looptrace._cli import main
 from tests import rates_worker
-from tests.processes import finish_ranks
+from tests.processes import run_ranks
 from tests.rates_worker import ONLY
 
 WORKER = Path(rates_worker.__file__)
@@ -29,23 +26,10 @@ Job = tuple[int, list[dict[str, Any]], Path]
 
 def run_job(world: int, workdir: Path) -> list[dict[str, Any]]:
     """Run `world` ranks of tests/rates_worker.py and return each one's results."""
-    procs = []
-    for rank in range(world):
-        env = {
-            **os.environ,
-            "RANK": str(rank),
-            "LOCAL_RANK": "0",  # each rank names its own Prometheus port
-            "WORLD_SIZE": str(world),
-            "LOCAL_WORLD_SIZE": str(world),
-            "GLOO_SOCKET_IFNAME": "lo",
-        }
-        command = [sys.executable, str(WORKER), str(workdir / "store"), str(workdir / f"{rank}")]
-        command.append(str(workdir / "snapshots.jsonl"))  # each rank's: snapshots.rank<N>.jsonl
-        procs.append(
-            subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        )
-    finish_ranks(procs, JOB_TIMEOUT_S)
-    return [json.loads((workdir / f"{rank}").read_text()) for rank in range(world)]
+    snapshots = str(workdir / "snapshots.jsonl")  # each rank's: snapshots.rank<N>.jsonl
+    return run_ranks(
+        WORKER, world, workdir, [snapshots], timeout_s=JOB_TIMEOUT_S, one_host_each=True
+    )
 
 
 @pytest.fixture(scope="module", params=[2, 4], ids=["2-ranks", "4-ranks"])

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -14,7 +10,7 @@ import pytest
 
 pytest.importorskip("torch.distributed", reason="needs torch (the test extra)")
 from tests import scale_worker
-from tests.processes import finish_ranks
+from tests.processes import run_ranks
 
 WORKER = Path(scale_worker.__file__)
 JOB_TIMEOUT_S = 180
@@ -31,23 +27,8 @@ Sample = tuple[str, dict[str, str], float]
 
 def run_job(world: int, workdir: Path, scenario: str, detail: str, job_rank: int) -> list[Any]:
     """Run `world` rank processes of `scale_worker` and return each one's windows, rank order."""
-    procs = []
-    for rank in range(world):
-        env = {
-            **os.environ,
-            "RANK": str(rank),
-            "LOCAL_RANK": "0",  # each rank names its own Prometheus port
-            "WORLD_SIZE": str(world),
-            "LOCAL_WORLD_SIZE": str(world),
-            "GLOO_SOCKET_IFNAME": "lo",
-        }
-        command = [sys.executable, str(WORKER), str(workdir / "store"), str(workdir / f"{rank}")]
-        command += [scenario, detail, str(job_rank)]
-        procs.append(
-            subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        )
-    finish_ranks(procs, JOB_TIMEOUT_S)
-    return [json.loads((workdir / f"{rank}").read_text()) for rank in range(world)]
+    args = [scenario, detail, str(job_rank)]
+    return run_ranks(WORKER, world, workdir, args, timeout_s=JOB_TIMEOUT_S, one_host_each=True)
 
 
 def histogram(samples: list[Sample], family: str) -> dict[tuple[str, str, str], float]:

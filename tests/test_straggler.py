@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +12,7 @@ pytest.importorskip("torch.distributed", reason="needs torch (the test extra)")
 
 from tests import straggler_worker
 from tests.allocator import GIB
-from tests.processes import finish_ranks
+from tests.processes import run_ranks
 from tests.straggler_worker import CHRONIC_SLOW, slow_rank
 
 WORKER = Path(straggler_worker.__file__)
@@ -25,22 +22,7 @@ ACTION = "more DataLoader workers, pin_memory, prefetching, or lighter transform
 
 def run_job(world: int, workdir: Path) -> list[dict[str, list[dict[str, Any]]]]:
     """Run `world` ranks of tests/straggler_worker.py and return each one's results."""
-    procs = []
-    for rank in range(world):
-        env = {
-            **os.environ,
-            "RANK": str(rank),
-            "LOCAL_RANK": str(rank),
-            "WORLD_SIZE": str(world),
-            "LOCAL_WORLD_SIZE": str(world),
-            "GLOO_SOCKET_IFNAME": "lo",
-        }
-        command = [sys.executable, str(WORKER), str(workdir / "store"), str(workdir / f"{rank}")]
-        procs.append(
-            subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        )
-    finish_ranks(procs, JOB_TIMEOUT_S)
-    return [json.loads((workdir / f"{rank}").read_text()) for rank in range(world)]
+    return run_ranks(WORKER, world, workdir, timeout_s=JOB_TIMEOUT_S)
 
 
 @pytest.fixture(scope="module", params=[2, 4], ids=["2-ranks", "4-ranks"])
