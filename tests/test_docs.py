@@ -20,7 +20,6 @@ import importlib.util
 import inspect
 import os
 import re
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -593,7 +592,9 @@ def test_illustrations_say_why() -> None:
                 assert index + 1 in fence_lines, f"{page.name}:{index + 1}: no fence after it"
 
 
-@pytest.mark.skipif(shutil.which("mkdocs") is None, reason="mkdocs: pip install '.[docs]'")
+@pytest.mark.skipif(
+    importlib.util.find_spec("mkdocs") is None, reason="mkdocs: pip install '.[docs]'"
+)
 def test_the_site_builds_strictly(tmp_path: Path) -> None:
     """`mkdocs build --strict` passes: no broken link, anchor or API reference."""
     result = subprocess.run(
