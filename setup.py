@@ -11,42 +11,35 @@ when `LOOPTRACE_PURE_PYTHON=1` is set as looptrace is imported (`_core/build.py`
 
 from __future__ import annotations
 
+import ast
 import os
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
-# The modules of the hot path: what `record()`, sections and `reset()` run. The rest of
-# `_core/` and `_stats/` (clocks, snapshots, errors, the function wrappers: closures over the
-# user's functions, async generators among them) stays interpreted.
-COMPILED = [
-    f"src/looptrace/{module}.py"
-    for module in (
-        "_core/calls",
-        "_core/device",
-        "_core/engine",
-        "_core/entry",
-        "_core/ids",
-        "_core/intervals",
-        "_core/iterate",
-        "_core/ranges",
-        "_core/sampling",
-        "_core/slow_laps",
-        "_core/spans",
-        "_core/states",
-        "_core/threadkey",
-        "_core/timer",
-        "_core/windows",
-        "_stats/aggregator",
-        "_stats/buckets",
-        "_stats/health",
-        "_stats/sketch",
-        "_stats/tally",
-    )
-]
+HERE = Path(__file__).resolve().parent
+
+
+def _declared(name: str) -> Any:
+    """Return the literal value `name` is given in `src/looptrace/_core/compiled.py`.
+
+    Read from the file's text: a build cannot import the package it builds.
+    """
+    source = HERE / "src" / "looptrace" / "_core" / "compiled.py"
+    for node in ast.parse(source.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.AnnAssign | ast.Assign):
+            targets = [node.target] if isinstance(node, ast.AnnAssign) else node.targets
+            if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+                return ast.literal_eval(node.value)
+    raise LookupError(f"{source} declares no {name}")
+
+
+# The modules of the hot path, declared once in the package (`_core/compiled.py`), as paths.
+COMPILED = [f"src/{name.replace('.', '/')}.py" for name in _declared("COMPILED")]
 # Code generation for a shared library whose functions no other library replaces: without these,
 # every call between two compiled functions goes through the library's procedure linkage table
 # (an indirect jump, and no inlining), and the hot path's code spreads over more instruction-cache
@@ -80,7 +73,8 @@ def _extensions() -> list[object]:
         print(f"looptrace: mypyc failed ({error!r}); installing the pure-Python core")
         return []
     # What the compiled core asks on every timer call, which mypyc cannot say: which thread.
-    helper = Extension("looptrace._core._threaddict", ["src/looptrace/_core/_threaddict.c"])
+    name = _declared("C_HELPER")
+    helper = Extension(name, [f"src/{name.replace('.', '/')}.c"])
     return [*built, helper]
 
 

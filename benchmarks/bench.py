@@ -49,13 +49,14 @@ from bench_costs import (
     rss_growth,
     sketch_error,
 )
+from bench_instrument import instrument_cost
 from bench_report import print_report, targets_of
 from bench_slow_laps import slow_lap_cost
 from hot_path import path_count_cost, reset_cost
 from otlp_sink import ChildReceiver
 from peers import megatron, record_function
 from reset_outputs import reset_with_outputs
-from tests.otlp_server import StalledServer
+from tests.helpers.otlp_server import StalledServer
 
 from looptrace._core.build import core_kind
 
@@ -165,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         "reset": reset_cost(3 if args.quick else 30, app_meter_provider),
         "reset_outputs": reset_with_outputs(10 if args.quick else 100),
         "paths": path_count_cost(3 if args.quick else 15, 100 if args.quick else 300),
+        "instrument": instrument_cost(*((100, 3) if args.quick else (2_000, 15))),
     }
 
     targets = targets_of(rows, extra)

@@ -23,7 +23,7 @@ from bench_cases import (
     tracer_provider,
 )
 from opentelemetry.sdk.trace import TracerProvider
-from tests.otlp_server import OtlpReceiver
+from tests.helpers.otlp_server import OtlpReceiver
 
 import looptrace
 from looptrace._core.clock import ManualClock

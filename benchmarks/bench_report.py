@@ -121,6 +121,14 @@ def print_report(
         f"OTLP/gRPC export to a local receiver: {extra['export']['spans_per_s']:,.0f} spans/s "
         f"({extra['export']['spans_delivered']:,} delivered)"
     )
+    torch_loop = extra["instrument"]
+    print(
+        f"instrument() on a small PyTorch loop ({torch_loop['plain_ns_per_step'] / 1e3:.0f} µs a "
+        f"step): +{torch_loop['instrumented_extra_ns_per_step'] / 1e3:.1f} µs a step "
+        f"({torch_loop['instrumented_pct_of_10ms_step']:.2f} % of a 10 ms step), with model= and "
+        f"optimizer= +{torch_loop['given_extra_ns_per_step'] / 1e3:.1f} µs, by hand "
+        f"+{torch_loop['by_hand_extra_ns_per_step'] / 1e3:.1f} µs"
+    )
     it = extra["iterate"]
     print(
         f"iterate(): {it['iterate_ns_per_item']:.0f} ns/item, by hand (record() + "

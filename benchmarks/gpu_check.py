@@ -8,7 +8,9 @@ The device section must report >= 45 ms; the host one only the launches, a small
 It also prints the per-section cost of a device section's timer calls, checks each window's
 device memory (`Snapshot.memory`) against `torch.cuda.max_memory_allocated()` and the peak
 reset between windows (a 1 GiB tensor held in the first window only), that a traced lap's
-span carries its window's device peak so far, and exits non-zero when a check fails.
+span carries its window's device peak so far, that the NVML sampler (`sample_system`, with
+nvidia-ml-py) sees the busy device's utilisation, memory, temperature and power, and exits
+non-zero when a check fails.
 """
 
 from __future__ import annotations
@@ -78,8 +80,9 @@ def main() -> int:
     memory_ok = _memory_check(lt)
     lt.shutdown()
     memory_ok = _lap_memory_check() and memory_ok
+    nvml_ok = _nvml_check(a, b, n)
 
-    ok = on_device >= 45.0 and on_host < 0.5 * on_device and memory_ok
+    ok = on_device >= 45.0 and on_host < 0.5 * on_device and memory_ok and nvml_ok
     print("gpu_check:", "ok" if ok else "FAILED")
     return 0 if ok else 1
 
@@ -141,6 +144,51 @@ def _lap_memory_check() -> bool:
         f"host peak resident {host} B"
     )
     return got == expected and isinstance(host, int)
+
+
+def _nvml_check(a: torch.Tensor, b: torch.Tensor, n: int) -> bool:
+    """Check NVML's figures of the current device over ~2 s of matmuls (skipped without it)."""
+    from looptrace.integrations.system import NvmlSource, SystemSampler
+
+    try:
+        source = NvmlSource()
+    except ImportError:
+        print("nvml: skipped (pip install 'looptrace[gpu]' for nvidia-ml-py)")
+        return True
+    lt = looptrace.configure("gpu-check-nvml", trace_every=0, rank=looptrace.RankInfo())
+    sampler = SystemSampler(lt, [source], interval_s=0.2).start()
+    lt.reset()
+    held = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")  # at least 1 GiB in use
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline:
+        for _ in range(n):
+            _ = a @ b
+        torch.cuda.synchronize()
+    window = lt.reset().system
+    sampler.stop()
+    lt.shutdown()
+    del held
+    index = torch.cuda.current_device()
+    if window is None:
+        print("nvml: no figures")
+        return False
+    figures = {name: f for name, f in window.figures.items() if name.startswith(f"gpu{index}_")}
+    for name, stats in sorted(figures.items()):
+        print(f"nvml {name}: mean {stats.mean:.1f}, max {stats.max:.1f} ({stats.samples} samples)")
+    util = figures.get(f"gpu{index}_utilization_percent")
+    used = figures.get(f"gpu{index}_memory_used_bytes")
+    temp = figures.get(f"gpu{index}_temperature_c")
+    power = figures.get(f"gpu{index}_power_w")
+    return (
+        util is not None
+        and util.max >= 50
+        and used is not None
+        and used.max >= 1 << 30
+        and temp is not None
+        and 0 < temp.mean < 120
+        and power is not None
+        and power.mean > 0
+    )
 
 
 if __name__ == "__main__":

@@ -55,8 +55,8 @@ class ChildReceiver:
 
 def serve() -> None:
     """Start the receiver, print its port, serve until stdin closes."""
-    sys.path.insert(0, str(ROOT))  # tests/otlp_server.py
-    from tests.otlp_server import OtlpReceiver
+    sys.path.insert(0, str(ROOT))  # tests/helpers/otlp_server.py
+    from tests.helpers.otlp_server import OtlpReceiver
 
     receiver = OtlpReceiver("grpc", keep_spans=False).start()
     print(receiver.port, flush=True)

@@ -8,7 +8,7 @@ ranks:
    `scale_gathered.py`, for comparison only). Bytes are counted at the collective calls: for an
    all_reduce the tensor a rank passes in and gets back, for an all_gather what it receives.
 2. OTLP load: N rank processes (`RANK`/`WORLD_SIZE` set, a fake clock at 1 step per second, 20
-   sections per step) export to a real OTLP/HTTP receiver (tests/otlp_server.py) at the
+   sections per step) export to a real OTLP/HTTP receiver (tests/helpers/otlp_server.py) at the
    default sampling and at `trace_every=1`; spans and protobuf bytes per second per rank, the
    burst of one traced step over the job, against deploy/'s collector gateway settings.
 3. Prometheus: the series one rank's endpoint serves for 20 sections (scraped for real), per
@@ -40,7 +40,7 @@ from scale_report import print_report
 from scale_reset import measure_reset, reset_worker
 from scale_series import measure_job_series, print_job_series, series_worker
 
-sys.path.insert(0, str(ROOT))  # tests/otlp_server.py, when run as `python benchmarks/scale.py`
+sys.path.insert(0, str(ROOT))  # tests/helpers/otlp_server.py, when run as `python benchmarks/scale.py`
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -41,7 +41,7 @@ def export_worker(endpoint: str, steps: int, every: int) -> None:
 
 def measure_export(ranks: int, steps: int, every: int) -> dict[str, Any]:
     """Run `ranks` rank processes against one OTLP/HTTP receiver; return rates per rank."""
-    from tests.otlp_server import OtlpReceiver
+    from tests.helpers.otlp_server import OtlpReceiver
 
     with OtlpReceiver("http/protobuf") as receiver:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "LOOPTRACE_"))}

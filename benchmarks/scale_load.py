@@ -12,7 +12,7 @@ from scale_common import EXTRAPOLATE, GATEWAY, PROMETHEUS, SECTIONS, STEP_S
 
 def measure_series() -> dict[str, Any]:
     """Serve one rank's endpoint for SECTIONS sections, scrape it, count series per family."""
-    from tests.otlp_server import free_port
+    from tests.helpers.otlp_server import free_port
 
     import looptrace
     from looptrace.testing import FakeClock

@@ -1,4 +1,10 @@
-"""Shared fixtures, and the `slow` marker: `pytest -m "not slow"` runs the in-process tests.
+"""Shared fixtures, the `slow` and `property` markers, and the Hypothesis profiles.
+
+`python -m pytest` runs the fast tier (`-m "not slow"`, in pyproject.toml); `-m slow` runs
+the rest, `-m "slow or not slow"` everything. Property tests (`property`) draw the same
+examples on every run in the default profile (derandomized, no example database), so a
+result depends on the code alone; `--hypothesis-profile=random --hypothesis-seed=N` searches
+anew and replays seed N.
 
 A test is `slow` when it starts another process or a real server: its body, a helper or
 fixture of its module that it uses (transitively), names one of `SLOW_NAMES`. New test files
@@ -8,54 +14,64 @@ explicitly.
 
 from __future__ import annotations
 
-import ast
-import functools
-import queue
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck
+from hypothesis import settings as hypothesis_settings
 
-from looptrace.testing import Capture, FakeClock, capture
+from looptrace.testing import Capture, capture
 
-SLOW_NAMES = frozenset(
+from .helpers.markers import slow_functions
+
+# Speed is never asserted in a test (benchmarks/ measure it): no deadline, no slowness check.
+_QUIET = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow]}
+hypothesis_settings.register_profile("default", derandomize=True, database=None, **_QUIET)
+hypothesis_settings.register_profile("random", derandomize=False, database=None, **_QUIET)
+hypothesis_settings.load_profile("default")
+
+
+# What the test extra installs beside the core: a module that cannot import one is skipped,
+# with the reason, instead of failing the collection of the whole run.
+OPTIONAL = frozenset(
     {
-        "subprocess",  # another Python, a CLI, promtool, a rank of a torch.distributed job
-        "fork",
-        "OtlpReceiver",  # the real OTLP receivers of tests/otlp_server.py
-        "StalledServer",
-        "Prometheus",  # real servers of tests/servers.py
-        "Mlflow",
-        "free_port",  # a port for looptrace's Prometheus endpoint, a real HTTP server
+        "cryptography", "grpc", "lightning", "matplotlib", "mlflow", "playwright", "promql_parser",
+        "prometheus_client", "psutil", "rich", "tensorboard", "torch", "transformers", "tqdm",
+        "wandb", "yaml", "orjson", "opentelemetry_instrumentation",
     }
-)
+)  # fmt: skip
 
 
-@functools.cache
-def slow_functions(path: Path) -> frozenset[str]:
-    """Return the module-level functions (tests, helpers, fixtures) of a file that are slow."""
-    names: dict[str, set[str]] = {}
-    for node in ast.parse(path.read_text()).body:
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-            used = names[node.name] = set()
-            for statement in node.body:
-                for inner in ast.walk(statement):
-                    if isinstance(inner, ast.Name):
-                        used.add(inner.id)
-                    elif isinstance(inner, ast.Attribute):
-                        used.add(inner.attr)
-    slow = {name for name, used in names.items() if used & SLOW_NAMES}
-    while grown := {name for name, used in names.items() if used & slow} - slow:
-        slow |= grown
-    return frozenset(slow)
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> Iterator[pytest.CollectReport]:
+    """Skip a test module whose optional dependency is missing, naming it; fail on the rest."""
+    report: pytest.CollectReport = yield
+    missing = missing_optional(report) if report.failed else None
+    if missing is not None and isinstance(collector, pytest.Module):
+        report.outcome = "skipped"
+        report.longrepr = (str(collector.path), 0, f"Skipped: needs {missing} (the test extra)")
+    return report
+
+
+def missing_optional(report: pytest.CollectReport) -> str | None:
+    """Return the optional module whose absence failed a collection report, else None."""
+    text = str(report.longrepr)
+    for line in reversed(text.splitlines()):
+        if "ModuleNotFoundError: No module named " in line:
+            name = line.split("No module named ", 1)[1].strip().strip("'\"").split()[0]
+            top = name.strip("'\"").split(".")[0]
+            return top if top in OPTIONAL else None
+    return None
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark the tests that start a process or a real server `slow`."""
+    """Mark the tests that start a process or a real server `slow`, Hypothesis's `property`."""
     for item in items:
         if not isinstance(item, pytest.Function):
             continue
+        if getattr(item.obj, "is_hypothesis_test", False):
+            item.add_marker(pytest.mark.property)
         slow = slow_functions(Path(item.path))
         if item.originalname in slow or slow.intersection(item.fixturenames):
             item.add_marker(pytest.mark.slow)
@@ -67,73 +83,3 @@ def cap() -> Iterator[Capture]:
     result = capture()
     yield result
     result.lt.shutdown()
-
-
-def counts(snapshot: object) -> dict[str, int]:
-    """Return `{path: count}` of a snapshot."""
-    from looptrace import Snapshot
-
-    assert isinstance(snapshot, Snapshot)
-    return {path: stats.count for path, stats in snapshot.items()}
-
-
-def totals(snapshot: object) -> dict[str, float]:
-    """Return `{path: total seconds}` of a snapshot, rounded to the nanosecond."""
-    from looptrace import Snapshot
-
-    assert isinstance(snapshot, Snapshot)
-    return {path: round(stats.total, 9) for path, stats in snapshot.items()}
-
-
-class PreemptingClock(FakeClock):
-    """A fake clock that runs `on_read` once, right after the next reading it hands out.
-
-    It stands for a thread preempted just after reading the clock: whatever `on_read` does
-    (e.g. another thread's lap) happens between that reading and the reader's next step.
-    """
-
-    def __init__(self) -> None:
-        super().__init__(start_s=0.0)
-        self.on_read: Callable[[], None] | None = None
-
-    def monotonic_ns(self) -> int:
-        """Return the time, then run the pending `on_read` once."""
-        now = super().monotonic_ns()
-        hook, self.on_read = self.on_read, None
-        if hook is not None:
-            hook()
-        return now
-
-
-class Worker:
-    """A thread that runs the calls it is handed one at a time, each before `run()` returns.
-
-    Tests drive several of these to play an exact interleaving of timer calls across threads.
-    """
-
-    def __init__(self) -> None:
-        self._calls: queue.Queue[Callable[[], object] | None] = queue.Queue()
-        self._done: queue.Queue[BaseException | None] = queue.Queue()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-        self._thread.start()
-
-    def _loop(self) -> None:
-        while (call := self._calls.get()) is not None:
-            try:
-                call()
-            except BaseException as error:  # handed back to the caller of run()
-                self._done.put(error)
-            else:
-                self._done.put(None)
-
-    def run(self, call: Callable[[], object]) -> None:
-        """Run `call` in this worker's thread and wait for it."""
-        self._calls.put(call)
-        error = self._done.get(timeout=30)
-        if error is not None:
-            raise error
-
-    def close(self) -> None:
-        """Let the thread end (its running sections end with it) and wait for it."""
-        self._calls.put(None)
-        self._thread.join(timeout=30)

@@ -9,6 +9,7 @@ import statistics
 import sys
 import threading
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -20,6 +21,8 @@ from looptrace._stats.aggregator import ENTRY_ITEMS, FOLD_AT, KEEP_RAW, MAX_UNGR
 from looptrace._stats.buckets import BOUNDARIES_NS, BOUNDARIES_S
 from looptrace._stats.snapshot import SectionStats
 from looptrace.testing import FakeClock, capture
+
+from .helpers.examples import examples
 
 
 def _snapshot(aggregator: Aggregator) -> dict[str, dict[str, object]]:
@@ -61,7 +64,7 @@ def test_bucket_counts_follow_prometheus_le() -> None:
     assert list(buckets) == expected
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     st.lists(
         st.lists(
@@ -135,7 +138,7 @@ def test_boundaries_are_log_spaced_seconds_from_1us_to_1000s() -> None:
 def test_path_cap_folds_overflow_into_other_with_one_warning(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """Past max_paths, new paths count under "other", with a single warning.
+    """Past max_paths, new paths count under their parent's "other", with a single warning.
 
     Paths are admitted in the order they are first merged; a thread merges its timers in
     the order it first used them.
@@ -152,7 +155,7 @@ def test_path_cap_folds_overflow_into_other_with_one_warning(
         "root.t": 1,
         "root.t.step0": 1,
         "root.t.step1": 1,
-        "other": 8,
+        "root.t.other": 8,
     }
     assert len(caplog.records) == 1
     assert "more than 3 distinct section paths" in caplog.records[0].getMessage()
@@ -313,7 +316,7 @@ def test_sections_past_the_path_cap_are_counted_at_reset_before_anyone_reads() -
     train.stop()
     snap = lt.reset()
     assert lt.health().overflowed == 8
-    assert snap["other"].count == 8
+    assert snap["root.t.other"].count == 8
     lt.shutdown()
 
 
@@ -336,3 +339,43 @@ def test_logs_of_threads_that_exit_between_resets_are_grouped_to_bound_memory() 
     assert sum(len(log) for log, _ in aggregator._logs) <= MAX_UNGROUPED + FOLD_AT * ENTRY_ITEMS
     assert lt.reset()["root.t.a"].count == 50_000
     lt.shutdown()
+
+
+def test_the_overflow_is_the_parents_other_in_the_summary_too(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Past the cap, names count under their parent's `other`, shown in the tree under it."""
+    from looptrace._cli import main
+
+    cap = capture(max_paths=3, trace_every=0, snapshot_file=tmp_path / "s.jsonl")
+    train = cap.lt.timer("t")
+    for i in range(10):
+        train.record(f"step{i}")
+        cap.clock.advance(0.001)
+    inner = train.timer("late").timer("inner")  # a child of a timer past the cap
+    with inner.section("deep"):
+        cap.clock.advance(0.001)
+    train.stop()
+    snap = cap.lt.reset()
+    cap.lt.shutdown()
+    assert {p: s.count for p, s in snap.items()} == {
+        "root.t": 1,
+        "root.t.step0": 1,
+        "root.t.step1": 1,
+        "root.t.other": 8,
+        "root.t.other.other": 1,
+        "root.t.other.other.other": 1,
+    }
+    assert main(["summary", str(tmp_path / "s.jsonl")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("section "))
+    table = list(itertools.takewhile(bool, lines[header + 1 :]))
+    shown = [(len(line) - len(line.lstrip()), line.split()[0]) for line in table]
+    assert shown == [
+        (0, "root.t"),
+        (2, "other"),
+        (4, "other"),
+        (6, "other"),
+        (2, "step0"),
+        (2, "step1"),
+    ]

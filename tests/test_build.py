@@ -15,7 +15,7 @@ import pytest
 from looptrace._configure import interpreter
 from looptrace._core import build
 
-from .processes import bare_env
+from .helpers.processes import bare_env
 
 # In a child: the core that runs, where its modules come from, and the C helper's absence.
 WHICH_CORE = """

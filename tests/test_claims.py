@@ -9,11 +9,11 @@ import pytest
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
+from looptrace._base.attributes import THREAD_ID
 from looptrace._core.threadkey import thread_key
-from looptrace._stats.attributes import THREAD_ID
 from looptrace.testing import capture
 
-from .conftest import PreemptingClock, Worker, counts, totals
+from .helpers.timing import PreemptingClock, Worker, counts, totals
 
 WAIT_S = 0.2  # how long a blocked thread is watched to stay blocked
 

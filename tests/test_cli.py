@@ -22,7 +22,7 @@ def test_demo_writes_files_and_prints_their_summary(
     assert lines[0].startswith("looptrace demo: 100 simulated training steps, ")
     assert lines[0].endswith(f" s of simulated time, written to {out_dir}/")
     # 100 steps of 7 sections, 2 evaluations and 1 checkpoint
-    assert lines[2] == "span file: 703 spans, rank 0, steps 0-99"
+    assert lines[2] == "span file: 703 spans of 100 traced steps, rank 0, steps 0-99"
     assert lines[4].split() == [
         "section", "count", "mean", "p50", "p99", "total", "%", "parent", "self",
     ]  # fmt: skip
@@ -66,7 +66,7 @@ def test_the_commands_the_demo_prints_work(
     for argv in commands[:4]:
         assert main(argv) == 0, argv
     out = capsys.readouterr().out
-    assert out.startswith("snapshot files: 2 windows, rank 0, steps 0-199\n")
+    assert "\nsnapshot files: 2 windows, rank 0, steps 0-199\n" in out  # after its findings
     assert (tmp_path / "timings.png").stat().st_size > 10_000
     assert (tmp_path / "trace.json").stat().st_size > 10_000
     assert (tmp_path / "report.html").read_text().startswith("<!")

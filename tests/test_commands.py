@@ -9,7 +9,7 @@ import pytest
 
 from looptrace._cli import main
 
-from .runs import record_run
+from .helpers.runs import record_run
 
 COMMANDS = ["summary", "perfetto", "plot", "replay"]
 
@@ -89,7 +89,7 @@ def test_empty_file_beside_good_ones_is_a_warning(
     empty.write_text("")
     code, out, err = _run(capsys, "summary", tmp_path, run.span_file, empty)
     assert (code, err) == (0, f"looptrace summary: warning: {empty}: empty; skipped\n")
-    assert out.startswith("span files: 12 spans, rank 0, steps 0-3\n")
+    assert out.startswith("span files: 12 spans of 4 traced steps, rank 0, steps 0-3\n")
 
 
 @pytest.mark.parametrize("kind", ["span", "snapshot"])
@@ -343,6 +343,7 @@ def test_a_span_of_other_instrumentation_named_empty_is_shown_not_fatal(
     record = json.loads(run.span_file.read_text().splitlines()[0])
     span = record["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
     span.update(name="", attributes=[], parentSpanId="", spanId="00000000000000aa")
+    record["resourceSpans"][0]["scopeSpans"][0]["spans"] = [span]  # the others are read already
     with run.span_file.open("a") as handle:
         handle.write(json.dumps(record) + "\n")
     code, out, err = _run(capsys, command, tmp_path, run.span_file)

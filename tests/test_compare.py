@@ -10,7 +10,7 @@ import pytest
 
 from looptrace._cli import main
 
-from .runs import record_run
+from .helpers.runs import record_run
 
 STEPS = 40  # 20 windows of two laps each
 
@@ -110,3 +110,40 @@ def test_span_files_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert err == (
         f"looptrace compare: error: compare needs snapshot files; {run.span_file} is a span file\n"
     )
+
+
+def test_two_windows_a_side_cannot_fail_the_gate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """+20 % in forward over 2 windows a side: listed as not judged, exit 0; --min-windows 2: 1."""
+    (tmp_path / "base").mkdir()
+    (tmp_path / "cand").mkdir()
+    base = record_run(tmp_path / "base", data_ms=[20] * 4, forward_ms=50).snapshot_file
+    cand = record_run(tmp_path / "cand", data_ms=[20] * 4, forward_ms=60).snapshot_file
+    code, out, _ = _compare(capsys, base, cand, "--max-regression", "10", "--json")
+    by_path = {entry["path"]: entry for entry in json.loads(out)["paths"]}
+    assert code == 0
+    assert by_path["root.training.forward"]["unjudged"] == "2 windows a side, needs 3"
+    code, out, _ = _compare(capsys, base, cand, "--max-regression", "10")
+    assert code == 0
+    assert out.splitlines()[-1].startswith("not judged, too little evidence: ")
+    assert "root.training.forward (2 windows a side, needs 3)" in out.splitlines()[-1]
+    code, _, _ = _compare(capsys, base, cand, "--max-regression", "10", "--min-windows", "2")
+    assert code == 1
+
+
+def test_a_change_too_small_for_the_step_cannot_fail_the_gate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A data fetch 0.2 ms -> 0.4 ms in a 50 ms step is 0.4 % of it: not judged, unless asked."""
+    (tmp_path / "base").mkdir()
+    (tmp_path / "cand").mkdir()
+    base = record_run(tmp_path / "base", data_ms=[0.2] * 8, forward_ms=50).snapshot_file
+    cand = record_run(tmp_path / "cand", data_ms=[0.4] * 8, forward_ms=50).snapshot_file
+    code, out, _ = _compare(capsys, base, cand, "--max-regression", "10", "--json")
+    by_path = {entry["path"]: entry for entry in json.loads(out)["paths"]}
+    assert code == 0
+    assert by_path["root.training.data"]["unjudged"] == "0.4% of the step, needs 1%"
+    assert by_path["root.training.data"]["flagged"] is False
+    code, _, _ = _compare(capsys, base, cand, "--max-regression", "10", "--min-impact", "0.1")
+    assert code == 1

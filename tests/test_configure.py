@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 import looptrace
 from looptrace.testing import FakeClock
 
-from .processes import bare_env
+from .helpers.processes import bare_env
 
 
 def _run(code: str, **env: str) -> str:
@@ -118,6 +118,8 @@ def test_explicit_tracer_provider_receives_the_spans() -> None:
         ({"max_paths": 0}, "max_paths must be at least 1 and at most 1000000, got 0"),
         ({"max_paths": 10**9}, "max_paths must be at least 1 and at most 1000000, got 1000000000"),
         ({"max_paths": "5"}, "max_paths must be at least 1 and at most 1000000, got '5'"),
+        ({"rank": 0}, r"rank must be a looptrace.RankInfo \(RankInfo\(rank=3, world_size=8\)\), "),
+        ({"rank": "3"}, "or None to read it from the launcher's environment; got str '3'"),
     ],
 )
 def test_bad_arguments_name_the_setting(kwargs: dict[str, object], message: str) -> None:

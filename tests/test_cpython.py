@@ -19,7 +19,7 @@ from looptrace._core.intervals import discard, find, slot_list
 from looptrace._core.threadkey import thread_key
 from looptrace.testing import Capture
 
-from .processes import bare_env
+from .helpers.processes import bare_env
 
 
 def thread_state_id() -> int:
@@ -124,6 +124,30 @@ def test_assumption_running_loop() -> None:
     finally:
         loop.close()
     assert get_loop() is None
+
+
+def test_assumption_list_copy() -> None:
+    """A list copied while another thread grows and shrinks it is always a whole state of it."""
+    items: list[int] = []
+    done = threading.Event()
+
+    def churn() -> None:
+        while not done.is_set():
+            for _ in range(1000):
+                items.append(len(items))
+                if len(items) > 50:
+                    del items[25:]
+
+    worker = threading.Thread(target=churn)
+    worker.start()
+    try:
+        torn = [
+            copy for copy in (list(items) for _ in range(20_000)) if copy != [*range(len(copy))]
+        ]
+    finally:
+        done.set()
+        worker.join()
+    assert torn == []
 
 
 def test_every_assumption_has_its_test() -> None:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from .deploy_files import (
+from .helpers.deploy_files import (
     DEPLOY,
     PROMETHEUS_CONFIG,
     RULES,
@@ -97,7 +97,7 @@ def test_promtool_accepts_the_prometheus_config_and_its_rules() -> None:
     rules = run(promtool(), "check", "rules", str(RULES))
     assert (config.returncode, rules.returncode) == (0, 0), config.stdout + config.stderr
     assert "SUCCESS: 1 rule files found" in config.stdout + config.stderr
-    assert "SUCCESS: 6 rules found" in rules.stdout + rules.stderr
+    assert "SUCCESS: 7 rules found" in rules.stdout + rules.stderr
 
 
 def test_prometheus_config_takes_test_targets(tmp_path: Path) -> None:

@@ -27,7 +27,7 @@ import looptrace
 from looptrace._export.exemplars import TraceExemplar
 from looptrace.testing import FakeClock, capture
 
-from .deploy_files import (
+from .helpers.deploy_files import (
     DASHBOARD,
     DATASOURCES,
     RULES,
@@ -44,8 +44,9 @@ from .deploy_files import (
     rules_usage,
     trace_attributes,
 )
-from .otlp_server import LOCALHOST, OtlpReceiver, free_port
-from .servers import Prometheus
+from .helpers.otlp_server import OtlpReceiver
+from .helpers.ports import LOCALHOST, free_port
+from .helpers.servers import Prometheus
 
 DURATION = "looptrace_section_duration_seconds"
 WINDOW = "looptrace_section_window_duration_seconds"
@@ -66,6 +67,8 @@ SERVED = {
     f"{JOB_DURATION}_sum",
     "looptrace_job_section_window_duration_seconds",
     "looptrace_memory_window_bytes",
+    "looptrace_step_open_seconds",  # read at the scrape: a step is open
+    "looptrace_open_section_seconds",
 }
 
 
@@ -169,9 +172,11 @@ def test_otlp_push_translates_to_what_the_dashboard_reads(job_group: None) -> No
             traces_exporter="none",
         )
         laps(lt, clock, 3, 0.01)
+        lt.timer("train").record("data")  # a step open at the push: its age is pushed
         lt.reset(across_ranks=True)
-        lt.shutdown()
+        assert receiver.wait_for_metrics(lambda m: "looptrace.step.open" in m)
         names, labels = prometheus_names(receiver.metric_requests[-1])
+        lt.shutdown()
     usage, recorded = deploy_usage()
     assert names == SERVED
     assert {
@@ -252,6 +257,7 @@ def test_configs_read_only_names_and_labels_the_endpoint_serves(job_group: None)
     try:
         laps(lt, clock, 3, 0.01)
         lt.reset(across_ranks=True)
+        lt.timer("train").record("data")  # a step open at the scrape: its age is served
         text = get(f"http://{LOCALHOST}:{port}/metrics").decode()
     finally:
         lt.shutdown()
@@ -313,6 +319,10 @@ def test_every_dashboard_query_and_rule_answers_from_a_real_prometheus(
             return sorted(float(r["value"][1]) for r in server.query(counts)) == [n, n]
 
         assert wait_for(scraped, 30), server.log.read_text()[-2000:]
+    for (lt, clock), open_s in zip(ranks, (1.0, 400.0), strict=True):
+        lt.timer("train").record("data")  # rank 1's step hangs in data
+        clock.advance(open_s)
+    assert wait_for(lambda: len(server.query("looptrace_open_section_seconds")) == 2, 30)
     recorded = "looptrace:step_rank_slowdown:ratio"
     assert wait_for(
         lambda: len(server.query(f'{recorded}{{looptrace_path="root.train"}}')) == 2, 30
@@ -357,6 +367,17 @@ def test_every_dashboard_query_and_rule_answers_from_a_real_prometheus(
     }
     assert ("1", "root.train") in firing and all(rank == "1" for rank, _ in firing)
     assert not any(math.isnan(v) for v in ratios.values())
+    (hung,) = [
+        r
+        for g in load_yaml(RULES)["groups"]
+        for r in g["rules"]
+        if r.get("alert") == "LooptraceStepHung"
+    ]
+    hanging = {
+        (r["metric"]["looptrace_rank"], r["metric"]["looptrace_timer"])
+        for r in server.query(hung["expr"])
+    }
+    assert hanging == {("1", "root.train")}
 
 
 def test_histogram_panels_show_exemplars_that_open_tempo() -> None:

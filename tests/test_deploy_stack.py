@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from .deploy_files import (
+from .helpers.deploy_files import (
     DEPLOY,
     load_yaml,
     load_yaml_all,

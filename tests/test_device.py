@@ -9,7 +9,7 @@ import pytest
 from looptrace import ConfigError, TimerError
 from looptrace.testing import Capture, FakeDeviceClock, capture
 
-from .conftest import counts, totals
+from .helpers.timing import counts, totals
 
 
 def _gpu(**kw: object) -> tuple[Capture, FakeDeviceClock]:

@@ -7,8 +7,16 @@ from typing import Any
 import pytest
 
 from looptrace import ConfigError, Snapshot, TimerError
-from looptrace._stats.diagnosis import Finding
-from looptrace._stats.straggler import RankFigures, Straggler, StragglerCount, cause_of
+from looptrace._diagnosis.diagnosis import Finding, middle_mean
+from looptrace._stats.roles import Roles, roles_of
+from looptrace._stats.spread import RankSpread, SectionSpread
+from looptrace._stats.straggler import (
+    RankFigures,
+    Straggler,
+    StragglerCount,
+    StragglerStreaks,
+    cause_of,
+)
 from looptrace._stats.thresholds import DEFAULTS, markdown_table, thresholds
 from looptrace.testing import Capture, capture
 
@@ -31,6 +39,8 @@ NOT_WATCHED = [
     Finding("throughput_drop", "info", None, None,
             "no item counts (`count()`) in the window: throughput drop not watched", "",
             ABSTAINED),
+    Finding("gpu_idle", "info", None, None,
+            "no GPU utilisation sampled in the window: not watched", "", ABSTAINED),
 ]  # fmt: skip
 
 
@@ -54,7 +64,23 @@ def warnings(findings: list[Finding]) -> list[Finding]:
 def test_a_healthy_window_has_no_warning(cap: Capture) -> None:
     """5 % in data, every lap alike, laps fill the window: only the abstentions, nothing more."""
     snap = train(cap, 10, {"data": 0.005, "forward": 0.060, "backward": 0.035})
-    assert snap.diagnosis() == [STRAGGLER_ABSTAINS, *NOT_WATCHED]
+    assert snap.diagnosis(min_severity="info") == [STRAGGLER_ABSTAINS, *NOT_WATCHED]
+
+
+def test_by_default_the_diagnosis_holds_warnings_and_worse_only(cap: Capture) -> None:
+    """A healthy window's default diagnosis is empty; its abstentions come on request."""
+    snap = train(cap, 10, {"data": 0.005, "forward": 0.060, "backward": 0.035})
+    assert snap.diagnosis() == []
+    assert snap.diagnosis(min_severity="warning") == []
+    assert {f.severity for f in snap.diagnosis(min_severity="info")} == {"info"}
+
+
+def test_min_severity_critical_leaves_out_warnings(cap: Capture) -> None:
+    """`min_severity="critical"` keeps the critical findings only; an unknown name is refused."""
+    snap = train(cap, 10, {"data": 0.030, "forward": 0.070})
+    assert [f.kind for f in snap.diagnosis(min_severity="critical")] == ["input_bound"]
+    with pytest.raises(ValueError, match="min_severity: expected one of critical, warning"):
+        snap.diagnosis(min_severity="loud")
 
 
 def test_an_input_bound_window_is_critical_with_the_data_share(cap: Capture) -> None:
@@ -86,7 +112,7 @@ def test_input_bound_between_the_levels_is_a_warning(cap: Capture) -> None:
 def test_without_a_data_section_input_wait_is_not_measured(cap: Capture) -> None:
     """A loop with no `data` section abstains, and an unknown name (`loader`) is never guessed."""
     snap = train(cap, 4, {"loader": 0.050, "forward": 0.050})
-    findings = snap.diagnosis()
+    findings = snap.diagnosis(min_severity="info")
     assert findings[0] == Finding(
         "input_bound", "info", None, None, "no `data` section: input wait not measured", "",
         ABSTAINED,
@@ -196,7 +222,7 @@ def test_slow_steps_are_counted_with_the_worst(cap: Capture) -> None:
             cap.clock.advance(1.0 if step == 7 else 0.100)
     timer.stop()
     snap = cap.lt.reset()
-    [found] = [f for f in snap.diagnosis() if f.kind == "slow_steps"]
+    [found] = [f for f in snap.diagnosis(warmup_windows=0) if f.kind == "slow_steps"]
     assert (found.severity, found.path, found.evidence) == (
         "warning",
         "root.train",
@@ -231,6 +257,7 @@ def test_a_straggler_is_named_with_its_cause(cap: Capture) -> None:
     straggler = Straggler(
         rank=1, by="wait", excess_s=0.08, typical_s=0.2, cause="root.train.forward",
         excess_by_path={"root.train.forward": 0.08}, chronic_rank=1, chronic_count=7,
+        streak=2,
     )  # fmt: skip
     reduced = snap.with_spreads({}, straggler)
     found = [f for f in reduced.diagnosis() if f.kind in ("straggler", "chronic_straggler")]
@@ -245,7 +272,7 @@ def test_a_straggler_is_named_with_its_cause(cap: Capture) -> None:
             "rank 1 was the straggler in 7 of the last 10 windows",
         ),
     ]  # fmt: skip
-    spread = Straggler(1, "outside_wait", 0.08, 0.2, None, ("root.train.a", "root.train.b"))
+    spread = Straggler(1, "wait", 0.08, 0.2, None, ("root.train.a", "root.train.b"), streak=2)
     [found_spread] = [f for f in snap.with_spreads({}, spread).diagnosis() if f.kind == "straggler"]
     assert found_spread.message.endswith(
         "cause spread over several sections: root.train.a, root.train.b"
@@ -256,7 +283,7 @@ def test_a_straggler_is_named_with_its_cause(cap: Capture) -> None:
 def test_a_cross_rank_window_without_a_straggler_says_why(cap: Capture) -> None:
     """A reduced window where fewer than two ranks lapped abstains with that reason."""
     snap = train(cap, 2, {"data": 0.005, "forward": 0.095}).with_spreads({})
-    [found] = [f for f in snap.diagnosis() if f.kind == "straggler"]
+    [found] = [f for f in snap.diagnosis(min_severity="info") if f.kind == "straggler"]
     assert found == Finding(
         "straggler", "info", None, None,
         "fewer than two ranks ran laps: no straggler to name", "", ABSTAINED,
@@ -265,7 +292,7 @@ def test_a_cross_rank_window_without_a_straggler_says_why(cap: Capture) -> None:
 
 def test_an_empty_window_finds_nothing_alarming() -> None:
     """A window with no path abstains everywhere and warns of nothing."""
-    findings = Snapshot({}, start_ns=0, end_ns=0, rank=0).diagnosis()
+    findings = Snapshot({}, start_ns=0, end_ns=0, rank=0).diagnosis(min_severity="info")
     assert {f.severity for f in findings} == {"info"}
     assert all(f.evidence == ABSTAINED for f in findings)
 
@@ -351,7 +378,7 @@ def test_wait_true_marks_that_path_as_a_wait_section(cap: Capture) -> None:
     snap = cap.lt.reset()
     assert snap.roles.wait_paths == {"root.train.allreduce", "root.train.sync"}
     assert {p: snap.roles.of(p) for p in snap} == {
-        "root.eval": None,
+        "root.eval": "evaluation",  # by its conventional name
         "root.eval.allreduce": None,
         "root.train": None,
         "root.train.allreduce": "wait",
@@ -387,3 +414,147 @@ def test_record_wait_without_a_section_is_a_timer_error(cap: Capture) -> None:
     with pytest.raises(TimerError, match=r"root\.train\.record\(wait=True\) needs the name"):
         cap.lt.timer("train").record(wait=True)
     assert cap.lt.reset().roles.wait_paths == frozenset()
+
+
+def test_eval_and_checkpoint_sections_have_their_roles_by_their_names(cap: Capture) -> None:
+    """`eval` and `checkpoint` inside the steps count as other work with no `roles=` given."""
+    snap = train(cap, 4, {"forward": 0.050, "eval": 0.030, "checkpoint": 0.020})
+    [found] = [f for f in snap.diagnosis() if f.kind == "outside_laps"]
+    assert (found.kind, found.path, found.rank) == ("outside_laps", "root.train", 0)
+    assert set(found.evidence["others"]) == {"root.train.eval", "root.train.checkpoint"}
+
+
+@pytest.mark.parametrize(
+    ("name", "role"),
+    [
+        *[(n, "evaluation") for n in ("eval", "evaluate", "evaluation", "val", "validation")],
+        *[(n, "checkpoint") for n in ("checkpoint", "ckpt", "save_checkpoint")],
+        ("Eval", None),
+        ("evaluator", None),
+        ("checkpoints", None),
+    ],
+)
+def test_the_conventional_role_names_are_exact(name: str, role: str | None) -> None:
+    """Only the exact conventional names get a role; a case or a suffix is not guessed."""
+    assert Roles().of(f"root.train.{name}") == role
+    assert roles_of().of(f"root.train.{name}") == role
+
+
+def test_a_role_given_replaces_its_conventional_names() -> None:
+    """`roles={"evaluation": []}` turns the convention off; a name given is the only one."""
+    assert roles_of({"evaluation": []}).of("root.train.eval") is None
+    assert roles_of({"evaluation": []}).of("root.train.ckpt") == "checkpoint"
+    mine = roles_of({"checkpoint": "snapshot_weights"})
+    assert mine.of("root.train.checkpoint") is None
+    assert mine.of("root.train.snapshot_weights") == "checkpoint"
+    assert mine.of("root.train.val") == "evaluation"
+
+
+def _spread(ranks: int, totals: list[float]) -> SectionSpread:
+    """Return a path's spread over `ranks` ranks with these totals (other fields alike)."""
+    low, high = min(totals), max(totals)
+    total = RankSpread(low, high, sum(totals) / len(totals), totals.index(high), totals.index(low))
+    return SectionSpread(ranks, (), total, total, total, total, total, total)
+
+
+def test_one_slow_loader_is_no_job_wide_input_wait(cap: Capture) -> None:
+    """Rank 1's loader 68 ms a step, the others' 0.3 ms: the median rank waits for nothing."""
+    snap = train(cap, 10, {"data": 0.0003, "forward": 0.1})
+    spreads = {
+        "root.train": _spread(4, [1.003, 1.68, 1.003, 1.003]),
+        "root.train.data": _spread(4, [0.003, 0.68, 0.003, 0.003]),
+    }
+    assert [f.kind for f in snap.with_spreads(spreads).diagnosis()] == []
+
+
+def test_a_job_whose_median_rank_waits_for_input_is_input_bound(cap: Capture) -> None:
+    """Three of four ranks 25 % in `data`: input_bound, critical, at the median rank's share."""
+    snap = train(cap, 10, {"data": 0.025, "forward": 0.075})
+    spreads = {
+        "root.train": _spread(4, [1.0, 1.0, 1.0, 1.0]),
+        "root.train.data": _spread(4, [0.25, 0.25, 0.25, 0.01]),
+    }
+    [found] = snap.with_spreads(spreads).diagnosis()
+    assert (found.kind, found.severity, found.path, found.rank) == (
+        "input_bound",
+        "critical",
+        "root.train.data",
+        None,
+    )
+    assert found.evidence["share"] == pytest.approx(0.25)
+
+
+@pytest.mark.parametrize(
+    ("values", "middle"),
+    [([1.0], 1.0), ([1.0, 3.0], 1.0), ([1.0, 2.0, 9.0], 2.0), ([1.0, 2.0, 4.0, 9.0], 3.0)],
+)
+def test_the_middle_mean_is_the_median_of_up_to_four_ranks(
+    values: list[float], middle: float
+) -> None:
+    """From min, max and mean alone: the median of 3 or 4 ranks, the lower of 2, 1's own."""
+    mean = sum(values) / len(values)
+    assert middle_mean(len(values), min(values), max(values), mean) == pytest.approx(middle)
+
+
+def test_without_a_wait_section_no_culprit_is_named(cap: Capture) -> None:
+    """A straggler by lap time alone (no wait section) is one info finding: no rank, no path."""
+    snap = train(cap, 2, {"data": 0.005, "forward": 0.095})
+    guess = Straggler(2, "outside_wait", 0.1, 0.2, "root.train.forward", chronic_rank=0)
+    reduced = snap.with_spreads({}, guess)
+    assert reduced.diagnosis() == []
+    found = [f for f in reduced.diagnosis(min_severity="info") if f.kind.endswith("straggler")]
+    assert [(f.kind, f.severity, f.path, f.rank) for f in found] == [
+        ("straggler", "info", None, None)
+    ]
+    assert found[0].action.startswith("mark where ranks wait")
+
+
+def _named(
+    cap: Capture, excess_s: float, streak: int, **limits: float
+) -> list[tuple[str, str, int | None]]:
+    """Return (kind, severity, rank) of the straggler findings of a 2-step window."""
+    snap = train(cap, 2, {"data": 0.005, "forward": 0.095})
+    straggler = Straggler(1, "wait", excess_s, 0.2, "root.train.forward", streak=streak)
+    found = snap.with_spreads({}, straggler).diagnosis(min_severity="info", **limits)
+    return [(f.kind, f.severity, f.rank) for f in found if f.kind == "straggler"]
+
+
+def test_a_straggler_warns_only_once_it_persists(cap: Capture) -> None:
+    """40 % over in one window is info; in the second window in a row it is critical."""
+    assert _named(cap, 0.08, streak=1) == [("straggler", "info", 1)]
+    assert _named(cap, 0.08, streak=2) == [("straggler", "critical", 1)]
+    assert _named(cap, 0.08, streak=1, straggler_windows=1) == [("straggler", "critical", 1)]
+
+
+def test_a_straggler_under_the_minimum_time_per_step_is_noise(cap: Capture) -> None:
+    """Over the share asked for, but 1.5 ms a step (under 2 ms): info, however long it lasts."""
+    assert _named(cap, 0.003, streak=5, straggler_warning=0.01) == [("straggler", "info", 1)]
+    assert _named(cap, 0.003, streak=5, straggler_warning=0.01, straggler_min_excess_s=0.001) == [
+        ("straggler", "warning", 1)
+    ]
+
+
+def test_streaks_count_windows_in_a_row_naming_the_same_rank() -> None:
+    """A streak grows with the same rank, restarts with another, ends with a quiet window."""
+    streaks = StragglerStreaks()
+    counted = [streaks.count("root", r) for r in (1, 1, 2, None, 2, 2, 2)]
+    assert counted == [1, 2, 1, 0, 1, 2, 3]
+    assert streaks.count("root.eval", 2) == 1
+
+
+def test_slow_steps_of_the_warm_up_window_are_info(cap: Capture) -> None:
+    """A run's first window may have slow first steps: info there, a warning after it."""
+    timer = cap.lt.timer("train")
+    windows = []
+    for _ in range(2):
+        for step in range(20):
+            timer.record()
+            with timer.section("forward"):
+                cap.clock.advance(1.0 if step == 0 else 0.100)
+        timer.stop()
+        windows.append(cap.lt.reset())
+    severities = [
+        [f.severity for f in w.diagnosis(min_severity="info") if f.kind == "slow_steps"]
+        for w in windows
+    ]
+    assert severities == [["info"], ["warning"]]

@@ -12,8 +12,8 @@ from looptrace._stats.spread import SPREAD_STATS
 
 # The test extra's torch; CI's other Python versions run without it (.ci/other-pythons).
 pytest.importorskip("torch.distributed", reason="needs torch (the test extra)")
-from tests import rank_worker
-from tests.processes import run_ranks
+from tests.helpers import rank_worker
+from tests.helpers.processes import run_ranks
 
 WORKER = Path(rank_worker.__file__)
 JOB_TIMEOUT_S = 120
@@ -75,7 +75,7 @@ def presence(across: dict[str, dict[str, Any]]) -> dict[str, tuple[int, list[int
     return {path: (entry["ranks"], entry["absent"]) for path, entry in across.items()}
 
 
-# --- a real job: WORLD processes of tests/rank_worker.py, joined through a file store ---
+# --- a real job: WORLD processes of tests/helpers/rank_worker.py, joined through a file store ---
 
 
 def run_job(

@@ -23,7 +23,7 @@ from looptrace._stats.snapshot import SectionStats, Snapshot
 from looptrace._stats.spread import SPREAD_STATS
 from looptrace._stats.tally import Tally
 from looptrace.testing import Capture
-from tests import rank_worker
+from tests.helpers import rank_worker
 
 WORKER = Path(rank_worker.__file__)
 JOB_TIMEOUT_S = 120

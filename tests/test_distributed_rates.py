@@ -11,9 +11,9 @@ import pytest
 pytest.importorskip("torch.distributed", reason="needs torch (the test extra)")
 
 from looptrace._cli import main
-from tests import rates_worker
-from tests.processes import run_ranks
-from tests.rates_worker import ONLY
+from tests.helpers import rates_worker
+from tests.helpers.processes import run_ranks
+from tests.helpers.rates_worker import ONLY
 
 WORKER = Path(rates_worker.__file__)
 JOB_TIMEOUT_S = 180
@@ -25,7 +25,7 @@ Job = tuple[int, list[dict[str, Any]], Path]
 
 
 def run_job(world: int, workdir: Path) -> list[dict[str, Any]]:
-    """Run `world` ranks of tests/rates_worker.py and return each one's results."""
+    """Run `world` ranks of tests/helpers/rates_worker.py and return each one's results."""
     snapshots = str(workdir / "snapshots.jsonl")  # each rank's: snapshots.rank<N>.jsonl
     return run_ranks(
         WORKER, world, workdir, [snapshots], timeout_s=JOB_TIMEOUT_S, one_host_each=True

@@ -607,6 +607,12 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
         env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
     )
     assert result.returncode == 0, result.stderr[-3000:]
+    reference = (tmp_path / "reference" / "index.html").read_text(encoding="utf-8")
+    # Signatures are formatted, one parameter a line, and their annotations link to the
+    # public names the reference documents, not to looptrace's private modules.
+    assert "configure(\n    service_name: str | None = None,\n" in re.sub(r"<[^>]+>", "", reference)
+    assert 'href="#looptrace.Snapshot">Snapshot</a>' in reference
+    assert 'href="#looptrace._' not in reference
 
 
 def test_the_thresholds_table_is_the_rendered_table() -> None:

@@ -19,7 +19,8 @@ from opentelemetry.sdk.trace import TracerProvider
 import looptrace
 from looptrace._export.encodable import encodable
 
-from .otlp_server import LOCALHOST, OtlpReceiver, free_port
+from .helpers.otlp_server import OtlpReceiver
+from .helpers.ports import LOCALHOST, free_port
 
 ODD = os.fsdecode(b"shard-\xff")  # "shard-\udcff"
 ESCAPED = "shard-\\xff"

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from .otlp_server import OtlpReceiver
-from .processes import bare_env
+from .helpers.otlp_server import OtlpReceiver
+from .helpers.processes import bare_env
 
 # 30 laps of train with a data section each, a reset after 20; the 31st lap keeps running.
 # Batches would only leave after a minute, so whatever arrives was flushed by exit handling.
@@ -307,19 +307,20 @@ def test_ctrl_c_mid_step_leaves_no_orphan_span(tmp_path: Path) -> None:
     assert len(exported) == 6 * 3 + 3  # data, forward, matmul of 6 steps; one lap; io, wait
 
 
-# A clock that sends SIGTERM to its own process when read while armed: reset() reads it
-# holding its lock, so the signal lands inside reset().
+# A clock that sends SIGTERM to its own process at its second read once armed: reset() reads
+# it first to time itself (before its lock), then holding its lock, so the signal lands inside.
 INSIDE_RESET = """
 import os, signal, sys, time
 import looptrace
 from looptrace.testing import FakeClock
 
 class Clock(FakeClock):
-    armed = False
+    reads_left = 0
     def monotonic_ns(self):
-        if self.armed:
-            self.armed = False
-            os.kill(os.getpid(), signal.SIGTERM)
+        if self.reads_left:
+            self.reads_left -= 1
+            if not self.reads_left:
+                os.kill(os.getpid(), signal.SIGTERM)
         return super().monotonic_ns()
 
 clock = Clock()
@@ -330,7 +331,7 @@ for step in range(30):
     if step == 19:
         lt.reset()
 print("armed", flush=True)
-clock.armed = True
+clock.reads_left = 2
 lt.reset()
 print("after reset", flush=True)
 train.record("data"); clock.advance(0.01)

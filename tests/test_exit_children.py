@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from .processes import bare_env
+from .helpers.processes import bare_env
 
 CHILDREN = """
 import json, multiprocessing, os, sys

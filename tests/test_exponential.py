@@ -29,8 +29,8 @@ from looptrace._export.exponential import SCALE, bucket_index, lower_bound
 from looptrace._stats.aggregator import Aggregator
 from looptrace.testing import FakeClock
 
-from .otlp_server import OtlpReceiver
-from .otlp_wire import metric_points
+from .helpers.otlp_server import OtlpReceiver
+from .helpers.otlp_wire import metric_points
 
 DURATION = "looptrace.section.duration"
 PATH = "root.train.step"

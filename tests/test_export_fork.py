@@ -10,8 +10,8 @@ import textwrap
 
 import pytest
 
-from .otlp_server import OtlpReceiver
-from .processes import bare_env
+from .helpers.otlp_server import OtlpReceiver
+from .helpers.processes import bare_env
 
 PROGRAM = """
     import json, os, sys

@@ -17,8 +17,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 import looptrace
 from looptrace.testing import FakeClock
 
-from .otlp_server import OtlpReceiver, wait_until
-from .processes import bare_env
+from .helpers.otlp_server import OtlpReceiver, wait_until
+from .helpers.processes import bare_env
 
 PROTOCOLS = ["grpc", "http/protobuf"]
 BOUNDS = list(looptrace.Snapshot.boundaries)

@@ -20,7 +20,8 @@ from looptrace._export.files import OtlpJsonFileExporter, rank_path
 from looptrace._stats.health import Incidents
 from looptrace.testing import capture
 
-from .runs import record_run
+from .helpers.runs import record_run
+from .helpers.spans import spans_in
 
 
 def test_rank_path_formats_placeholder_or_inserts_rank_before_suffix() -> None:
@@ -98,6 +99,9 @@ def test_snapshot_file_has_one_line_per_window(tmp_path: Path) -> None:
     cap.lt.shutdown()
     lines = [json.loads(line) for line in (tmp_path / "snapshots.jsonl").read_text().splitlines()]
     assert len(lines) == 2
+    writer = lines[0]["writer"]
+    assert len(writer) == 16 and int(writer, 16) >= 0 and lines[1]["writer"] == writer
+    assert lines[1]["window"] == 1
     assert lines[0] == {
         "kind": "looptrace.snapshot",
         "version": 1,
@@ -109,6 +113,8 @@ def test_snapshot_file_has_one_line_per_window(tmp_path: Path) -> None:
         "rank": 0,
         "world_size": 1,
         "host": socket.gethostname(),
+        "writer": writer,
+        "window": 0,
         "stats": first.to_dict(),
         "memory": first.memory.to_dict() if first.memory is not None else None,
     }
@@ -181,7 +187,7 @@ def test_span_file_needs_an_sdk_tracer_provider(tmp_path: Path) -> None:
 
 
 def test_a_failed_write_is_counted_not_raised(tmp_path: Path) -> None:
-    """An export that cannot write returns FAILURE and counts an internal error."""
+    """An export that cannot write returns FAILURE and counts its spans lost, once."""
     from opentelemetry.sdk.trace.export import SpanExportResult
 
     cap = capture()
@@ -190,8 +196,9 @@ def test_a_failed_write_is_counted_not_raised(tmp_path: Path) -> None:
     incidents = Incidents()
     exporter = OtlpJsonFileExporter(tmp_path / "t.jsonl", incidents)
     exporter.shutdown()
-    assert exporter.export(cap.finished_spans()) == SpanExportResult.FAILURE
-    assert incidents.internal_errors == 1
+    spans = cap.finished_spans()
+    assert exporter.export(spans) == SpanExportResult.FAILURE
+    assert (incidents.dropped_spans, incidents.internal_errors) == (len(spans), 0)
 
 
 def test_reopening_after_a_truncated_line_starts_a_new_line(tmp_path: Path) -> None:
@@ -217,7 +224,7 @@ def test_lines_written_before_a_kill_are_complete(tmp_path: Path) -> None:
             train.record("step")
         train.stop()
         lt.reset()
-        time.sleep(0.5)  # the batch processor exports after OTEL_BSP_SCHEDULE_DELAY
+        lt.flush()  # every span and the window's line are on disk
         os.kill(os.getpid(), signal.SIGKILL)
         """
     )
@@ -304,14 +311,3 @@ def test_a_trace_file_keeps_every_span_at_trace_every_1(tmp_path: Path) -> None:
     train.stop()
     lt.shutdown()
     assert (spans_in(tmp_path / "spans.jsonl"), lt.health().dropped_spans) == (20_001, 0)
-
-
-def spans_in(path: Path) -> int:
-    """Return how many spans the OTLP/JSON lines of a span file hold."""
-    return sum(
-        len(scope["spans"])
-        for line in path.read_text().splitlines()
-        if "resourceSpans" in line
-        for resource in json.loads(line)["resourceSpans"]
-        for scope in resource["scopeSpans"]
-    )

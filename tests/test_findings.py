@@ -9,7 +9,7 @@ import pytest
 
 from looptrace._cli import main
 from looptrace._offline.findings import findings_text
-from looptrace._offline.reader import Window
+from looptrace._offline.window_records import Window
 from looptrace.testing import capture
 
 
@@ -135,7 +135,7 @@ def test_a_throughput_drop_over_the_run_reaches_the_summary(
     path = tmp_path / "snapshots.jsonl"
     cap = capture(snapshot_file=path)
     timer = cap.lt.timer("train")
-    for samples in (100, 100, 100, 100, 70):
+    for samples in (100, 100, 100, 100, 70, 70):
         for _ in range(4):
             timer.record()
             timer.count("samples", samples)
@@ -148,7 +148,8 @@ def test_a_throughput_drop_over_the_run_reaches_the_summary(
     assert out[:3] == [
         "findings (1 of 1, most severe first):",
         "  warning  throughput_drop: root.train counted 700 samples/s, 30% below the run's "
-        "median 1000 samples/s over 4 windows (1 of 5 windows); try: compare this window's "
-        "sections with an earlier one's: which grew, and what else ran then",
+        "sustained 1000 samples/s (the median of 3 windows before it) (1 of 6 windows); try: "
+        "compare this window's sections with an earlier one's: which grew, and what else ran "
+        "then",
         "",
     ]

@@ -13,7 +13,7 @@ import pytest
 
 from looptrace.testing import capture
 
-from .processes import bare_env
+from .helpers.processes import bare_env
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")

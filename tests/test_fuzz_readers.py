@@ -12,18 +12,21 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from looptrace._export.otlp_json import to_json
 from looptrace._offline.perfetto import chrome_trace
 from looptrace._offline.plot_data import from_spans, from_windows
-from looptrace._offline.reader import InputError, load_windows, open_inputs
+from looptrace._offline.reader import InputError, open_inputs
 from looptrace._offline.replay import replay
 from looptrace._offline.span_records import load_spans
 from looptrace._offline.summary import render_summary, summarize_spans, summarize_windows
+from looptrace._offline.window_records import load_windows
 
-from .runs import record_run
+from .helpers.examples import examples
+from .helpers.runs import record_run
 
 HOSTILE = st.one_of(
     st.sampled_from(
@@ -167,7 +170,7 @@ def _read_everything(path: Path, kind: str) -> int:
     return kept
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_no_reader_raises_on_a_mutated_line(data: st.DataObject) -> None:
     """Summary, plot data, Perfetto and replay readers skip or use a mutated line, never raise."""
@@ -178,3 +181,25 @@ def test_no_reader_raises_on_a_mutated_line(data: st.DataObject) -> None:
     if index > 0:  # the kind comes from the first line: the other lines are all used
         good = _read_everything(_write([line for i, line in enumerate(lines) if i != index]), kind)
         assert kept >= good
+
+
+@pytest.mark.parametrize("where", [0, 1], ids=["first line", "later line"])
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"kind": []},
+        {"kind": {"a": 1}},
+        {"findings": [{"kind": "input_bound", "severity": "warning", "message": "m", "path": []}]},
+        {"findings": [{"kind": "input_bound", "severity": "warning", "message": "m", "rank": {}}]},
+    ],
+    ids=["kind a list", "kind an object", "finding path a list", "finding rank an object"],
+)
+def test_an_unhashable_value_where_a_name_belongs_is_skipped(
+    where: int, change: dict[str, Any]
+) -> None:
+    """A snapshot line whose kind or finding's path or rank is a list or object: skipped."""
+    lines = list(_real_lines()["snapshot"])
+    record = json.loads(lines[where])
+    record.update(change)
+    lines[where] = json.dumps(record)
+    assert _read_everything(_write(lines), "snapshot") == len(lines) - 1

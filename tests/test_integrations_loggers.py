@@ -17,8 +17,8 @@ import looptrace
 from looptrace import ConfigError, Snapshot
 from looptrace.testing import Capture, FakeClock
 
-from .otlp_server import wait_until
-from .servers import Mlflow, binary, http_json
+from .helpers.servers import Mlflow, binary, http_json
+from .helpers.waiting import wait_until
 
 
 def _windows(cap: Capture) -> list[Snapshot]:

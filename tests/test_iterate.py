@@ -10,7 +10,7 @@ import pytest
 import looptrace
 from looptrace.testing import Capture, FakeClock
 
-from .conftest import counts, totals
+from .helpers.timing import counts, totals
 
 
 class Loader:
@@ -52,7 +52,7 @@ def unsized(clock: FakeClock, fetch_s: list[float]) -> Iterator[int]:
 
 
 def test_a_lap_per_item_and_each_fetch_timed(cap: Capture) -> None:
-    """Three items give three laps; each fetch is `data`; the end of the iterable stops it."""
+    """Three items give three laps; each fetch is `data`, the one finding the end in the last."""
     train = cap.lt.timer("train")
     seen = []
     for batch in train.iterate(Loader(cap.clock, [0.1, 0.2, 0.3])):
@@ -63,9 +63,9 @@ def test_a_lap_per_item_and_each_fetch_timed(cap: Capture) -> None:
     snap = cap.lt.reset()
     assert (seen, counts(snap), totals(snap)) == (
         [0, 1, 2],
-        {"root.train": 3, "root.train.data": 3, "root.train.forward": 3},
-        # The 0.5 s that finding the end took is in no lap.
-        {"root.train": 3.6, "root.train.data": 0.6, "root.train.forward": 3.0},
+        {"root.train": 3, "root.train.data": 4, "root.train.forward": 3},
+        # The 0.5 s that finding the end took is in the last lap, a fetch of its own.
+        {"root.train": 4.1, "root.train.data": 1.1, "root.train.forward": 3.0},
     )
     assert snap["root.train"].min == pytest.approx(1.1)
     assert [s for s in cap.span_tree() if s["name"] == "data"] == [
@@ -78,7 +78,12 @@ def test_a_lap_per_item_and_each_fetch_timed(cap: Capture) -> None:
             "end": end,
             "status": "UNSET",
         }
-        for step, (start, end) in enumerate([(0.0, 0.1), (1.1, 1.3), (2.3, 2.6)])
+        for step, (start, end) in [
+            (0, (0.0, 0.1)),
+            (1, (1.1, 1.3)),
+            (2, (2.3, 2.6)),
+            (2, (3.6, 4.1)),
+        ]
     ]
 
 
@@ -88,7 +93,7 @@ def test_the_section_name_is_chosen_and_checked_at_the_call(cap: Capture) -> Non
     with pytest.raises(looptrace.TimerError, match=r"'load\.batch' contains"):
         train.iterate(Loader(cap.clock, [0.1]), section="load.batch")
     assert list(train.iterate(Loader(cap.clock, [0.1]), section="load")) == [0]
-    assert counts(cap.lt.reset()) == {"root.train": 1, "root.train.load": 1}
+    assert counts(cap.lt.reset()) == {"root.train": 1, "root.train.load": 2}  # and the end
 
 
 def test_an_iterable_without_length_ends_with_an_item_less_lap(cap: Capture) -> None:
@@ -198,14 +203,16 @@ def test_the_first_lap_times_the_start_of_the_iteration(cap: Capture) -> None:
             cap.clock.advance(1.0)
     snap = cap.lt.reset()
     assert (counts(snap), totals(snap)) == (
-        {"root.train": 4, "root.train.data": 4},
-        {"root.train": 4.85, "root.train.data": 0.85},
+        {"root.train": 4, "root.train.data": 6},
+        {"root.train": 5.85, "root.train.data": 1.85},
     )
     assert [round(s["end"] - s["start"], 9) for s in cap.span_tree() if s["name"] == "data"] == [
         0.225,
         0.2,
+        0.5,  # finding the end of the first epoch, in its last lap
         0.225,
         0.2,
+        0.5,
     ]
 
 
@@ -273,13 +280,14 @@ def test_a_torch_dataloader_gives_a_lap_per_batch_and_times_its_loading(cap: Cap
     snap = cap.lt.reset()
     assert (sizes, counts(snap), totals(snap)) == (
         [4, 4, 2],
-        {"root.train": 3, "root.train.data": 3, "root.train.forward": 3},
+        {"root.train": 3, "root.train.data": 4, "root.train.forward": 3},
         {"root.train": 1.6, "root.train.data": 0.1, "root.train.forward": 1.5},
     )
     assert [round(s["end"] - s["start"], 9) for s in cap.span_tree() if s["name"] == "data"] == [
         0.04,
         0.04,
         0.02,
+        0.0,  # the fetch that finds the end (it shuts the workers down), in the last lap
     ]
 
 

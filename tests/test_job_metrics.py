@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 pytest.importorskip("torch.distributed", reason="needs torch (the test extra)")
-from tests import scale_worker
-from tests.processes import run_ranks
+from tests.helpers import scale_worker
+from tests.helpers.processes import run_ranks
 
 WORKER = Path(scale_worker.__file__)
 JOB_TIMEOUT_S = 180

@@ -5,14 +5,14 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from .conftest import slow_functions
+from .helpers.markers import slow_functions
 
 MODULE = """
     import subprocess
 
     import pytest
 
-    from .otlp_server import OtlpReceiver
+    from .helpers.otlp_server import OtlpReceiver
 
 
     def _run(code):
@@ -55,3 +55,16 @@ def test_slow_functions_follow_helpers_and_fixtures(tmp_path: Path) -> None:
         "test_through_a_helper_of_a_helper",
         "test_with_the_receiver_fixture",
     }
+
+
+def test_a_test_that_runs_ranks_through_a_shared_helper_is_slow(tmp_path: Path) -> None:
+    """`run_ranks` of tests/helpers/ starts processes: a test calling it is slow."""
+    path = tmp_path / "test_ranks.py"
+    path.write_text(
+        "from .helpers.processes import run_ranks\n\n\n"
+        "def test_four_ranks(tmp_path):\n"
+        "    assert run_ranks('worker.py', 4, tmp_path, timeout_s=60)\n\n\n"
+        "def test_in_process():\n"
+        "    assert True\n"
+    )
+    assert slow_functions(path) == {"test_four_ranks"}

@@ -11,7 +11,7 @@ import pytest
 
 from looptrace import ConfigError
 from looptrace.testing import Capture, capture
-from tests.allocator import GIB, Allocator
+from tests.helpers.allocator import GIB, Allocator
 
 torch = pytest.importorskip("torch")
 

@@ -12,7 +12,6 @@ from opentelemetry.metrics import NoOpMeterProvider
 from opentelemetry.sdk.metrics import Histogram, MeterProvider
 from opentelemetry.sdk.metrics.export import (
     AggregationTemporality,
-    HistogramDataPoint,
     InMemoryMetricReader,
     MetricExporter,
     MetricExportResult,
@@ -27,52 +26,17 @@ from looptrace._export.cumulative import CumulativeHistograms
 from looptrace._stats.buckets import BOUNDARIES_S
 from looptrace.testing import Capture, FakeClock
 
-from .otlp_server import OtlpReceiver, wait_until
+from .helpers.metrics import (
+    DURATION,
+    METRICS,
+    configured,
+    histogram_of,
+    points_of,
+)
+from .helpers.otlp_server import OtlpReceiver, wait_until
 
-DURATION = "looptrace.section.duration"
 # every rank's few series (its steps, their p50/p99, its time outside wait sections) beside
 # its detail (the section histograms and quantiles, the dropped spans)
-METRICS = {
-    DURATION,
-    "looptrace.section.window.duration",
-    "looptrace.spans.dropped",
-    "looptrace.rank.steps",
-    "looptrace.rank.step.window.duration",
-    "looptrace.rank.outside_wait",
-    "looptrace.memory.window",
-}
-
-
-def _looptrace_metrics(data: MetricsData | None) -> dict[str, Any]:
-    """Return looptrace's metrics of a collection by name, checking the scope holds only them."""
-    assert data is not None
-    (resource_metrics,) = data.resource_metrics
-    scopes = [s for s in resource_metrics.scope_metrics if s.scope.name == "looptrace"]
-    (scope,) = scopes
-    return {metric.name: metric for metric in scope.metrics}
-
-
-def _points(data: MetricsData | None) -> dict[str, HistogramDataPoint]:
-    metrics = _looptrace_metrics(data)
-    assert set(metrics) == METRICS
-    metric = metrics[DURATION]
-    assert metric.unit == "s"
-    points: dict[str, HistogramDataPoint] = {}
-    for point in metric.data.data_points:
-        assert isinstance(point, HistogramDataPoint)
-        points[str(point.attributes["looptrace.path"])] = point  # type: ignore[index]
-    return points
-
-
-def _histogram(point: HistogramDataPoint) -> dict[str, Any]:
-    return {
-        "bounds": tuple(point.explicit_bounds),
-        "buckets": tuple(point.bucket_counts),
-        "count": point.count,
-        "sum": round(point.sum, 9),
-        "min": round(point.min, 9),
-        "max": round(point.max, 9),
-    }
 
 
 def _expected(*windows: looptrace.Snapshot) -> dict[str, dict[str, Any]]:
@@ -104,31 +68,22 @@ def _window(lt: looptrace.Looptrace, clock: FakeClock, seed: int) -> looptrace.S
     return lt.reset()
 
 
-def _configured(
-    reader: InMemoryMetricReader, **kwargs: Any
-) -> tuple[looptrace.Looptrace, FakeClock]:
-    clock = FakeClock()
-    provider = MeterProvider(metric_readers=[reader], **kwargs)
-    lt = looptrace.configure(tracer_provider=TracerProvider(), meter_provider=provider, clock=clock)
-    return lt, clock
-
-
 def test_histogram_matches_snapshot_buckets_count_and_sum(cap: Capture) -> None:
     """Bucket counts, count, sum, min and max of the metric equal the snapshot's, per path."""
     snap = _window(cap.lt, cap.clock, seed=7)
-    points = _points(cap.metrics.get_metrics_data())
-    assert {path: _histogram(p) for path, p in points.items()} == _expected(snap)
+    points = points_of(cap.metrics.get_metrics_data())
+    assert {path: histogram_of(p) for path, p in points.items()} == _expected(snap)
 
 
 def test_cumulative_reader_gets_the_totals_of_all_windows() -> None:
     """A cumulative reader sees the windows added up, with the first window's start time."""
     reader = InMemoryMetricReader()
-    lt, clock = _configured(reader)
+    lt, clock = configured(reader)
     first = _window(lt, clock, seed=1)
     second = _window(lt, clock, seed=2)
-    points = _points(reader.get_metrics_data())
+    points = points_of(reader.get_metrics_data())
     lt.shutdown()
-    assert {path: _histogram(p) for path, p in points.items()} == _expected(first, second)
+    assert {path: histogram_of(p) for path, p in points.items()} == _expected(first, second)
     assert {p.start_time_unix_nano for p in points.values()} == {first.start_ns}
     assert {p.time_unix_nano for p in points.values()} == {second.end_ns}
 
@@ -136,11 +91,11 @@ def test_cumulative_reader_gets_the_totals_of_all_windows() -> None:
 def test_windows_nobody_collected_for_long_all_reach_the_totals() -> None:
     """Many windows closed while nobody collected are each added up once."""
     reader = InMemoryMetricReader()
-    lt, clock = _configured(reader)
+    lt, clock = configured(reader)
     windows = [_window(lt, clock, seed=seed) for seed in range(70)]
-    points = _points(reader.get_metrics_data())
+    points = points_of(reader.get_metrics_data())
     lt.shutdown()
-    assert {path: _histogram(p) for path, p in points.items()} == _expected(*windows)
+    assert {path: histogram_of(p) for path, p in points.items()} == _expected(*windows)
 
 
 class _HeldExporter(MetricExporter):
@@ -188,14 +143,14 @@ def test_reset_does_not_wait_for_the_applications_metric_exporter() -> None:
 def test_delta_reader_gets_each_window_once() -> None:
     """A reader preferring delta temporality gets what was added since its last collection."""
     reader = InMemoryMetricReader(preferred_temporality={Histogram: AggregationTemporality.DELTA})
-    lt, clock = _configured(reader)
+    lt, clock = configured(reader)
     first = _window(lt, clock, seed=1)
-    after_first = _points(reader.get_metrics_data())
+    after_first = points_of(reader.get_metrics_data())
     second = _window(lt, clock, seed=2)
-    after_second = _points(reader.get_metrics_data())
+    after_second = points_of(reader.get_metrics_data())
     lt.shutdown()
-    assert {p: _histogram(x) for p, x in after_first.items()} == _expected(first)
-    assert {p: _histogram(x) for p, x in after_second.items()} == _expected(second)
+    assert {p: histogram_of(x) for p, x in after_first.items()} == _expected(first)
+    assert {p: histogram_of(x) for p, x in after_second.items()} == _expected(second)
     assert {p.start_time_unix_nano for p in after_second.values()} == {first.end_ns}
 
 
@@ -205,7 +160,7 @@ def test_metric_attributes_are_path_span_name_and_rank(cap: Capture) -> None:
     cap.clock.advance(0.5)
     cap.lt.timer("training").stop()  # a measurement counts in the window where it ends
     cap.lt.reset()
-    points = _points(cap.metrics.get_metrics_data())
+    points = points_of(cap.metrics.get_metrics_data())
     attributes: dict[str, Any] = dict(points["root.training.forward"].attributes or {})
     assert attributes == {
         "looptrace.path": "root.training.forward",

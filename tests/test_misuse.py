@@ -1,4 +1,4 @@
-"""The misuse policy (DESIGN.md §Semantics 7): bad names raise, out-of-order calls are counted."""
+"""The misuse policy (docs/architecture.md, semantics 7): bad names raise, misuse is counted."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 import looptrace
 from looptrace.testing import Capture, capture
 
-from .conftest import counts
+from .helpers.timing import counts
 
 
 @pytest.mark.parametrize(
@@ -126,7 +126,7 @@ def test_names_past_the_path_cap_keep_no_state_of_their_own() -> None:
     assert counts(snap) == {
         "root.training": 1,
         **{f"root.training.step{i}": 1 for i in range(9)},
-        "other": 19_992,
+        "root.training.other": 19_992,
     }
     assert round(sum(s.self_time for s in snap.values()), 9) == 20.001
     assert cap.lt.health().overflowed == 19_992

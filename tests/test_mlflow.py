@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from .otlp_server import wait_until
-from .processes import bare_env
-from .servers import Mlflow, binary
+from .helpers.processes import bare_env
+from .helpers.servers import Mlflow, binary
+from .helpers.waiting import wait_until
 
 
 @pytest.fixture(scope="session")
@@ -149,7 +149,7 @@ def test_snapshot_metrics_log_to_mlflow_at_the_window_step(mlflow: Mlflow) -> No
     import looptrace
     from looptrace.testing import FakeClock
 
-    from .servers import http_json
+    from .helpers.servers import http_json
 
     clock = FakeClock()
     lt = looptrace.configure(tracer_provider=TracerProvider(), clock=clock, trace_every=0)

@@ -18,6 +18,8 @@ from opentelemetry.trace.span import TraceFlags, TraceState
 
 from looptrace._export.otlp_json import encode_line, encode_request, from_json, to_json
 
+from .helpers.examples import examples
+
 SCALARS = st.one_of(
     st.booleans(),
     st.text(max_size=8),
@@ -70,7 +72,7 @@ def _normal(data: object) -> object:
     return json.loads(json.dumps(data))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(ATTRIBUTES)
 def test_direct_encoding_equals_the_protobuf_json_mapping(attributes: dict[str, object]) -> None:
     """Resources, scopes, kinds, links, events, statuses, remote parents and every value type."""

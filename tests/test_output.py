@@ -9,7 +9,7 @@ import pytest
 
 from looptrace._cli import main
 
-from .runs import Run, record_run
+from .helpers.runs import Run, record_run
 
 WRITERS = ["perfetto", "plot"]
 

@@ -15,6 +15,7 @@ from looptrace._offline.palette import (
     OTHER,
     OTHER_COLOUR,
     PALETTE,
+    close,
     colour_of,
     colours,
     preferred,
@@ -86,3 +87,36 @@ def test_the_report_and_the_live_view_use_the_palette(
         "encoder": expected["root.training.forward"],  # below forward, in its colour
         "decoder": expected["root.training.forward"],
     }
+
+
+def test_a_section_name_has_one_colour_in_every_run_and_timer() -> None:
+    """`backward` has its colour under any timer and beside any other usual section."""
+    runs = [
+        ["root.train.data", "root.train.forward", "root.train.backward"],
+        ["root.fit.backward", "root.fit.eval", "root.fit.checkpoint", "root.fit.optimizer"],
+        ["root.step.backward", "root.step.loss", "root.step.allreduce"],
+    ]
+    backward = {colours(paths)[next(p for p in paths if p.endswith(".backward"))] for paths in runs}
+    assert backward == {PALETTE[preferred("backward")]}
+
+
+def test_the_usual_sections_stand_apart_in_a_stack() -> None:
+    """Evaluation, optimizer and checkpoint (three teals once) get colours far apart."""
+    names = ["data", "forward", "backward", "optimizer", "eval", "checkpoint", "loss", "allreduce"]
+    mapping = colours(f"root.train.{name}" for name in names)
+    shown = [mapping[f"root.train.{name}"] for name in names]
+    assert not any(close(a, b) for i, a in enumerate(shown) for b in shown[i + 1 :])
+
+
+def test_close_shades_of_a_hashed_name_move_apart() -> None:
+    """A name whose hashed colour is close to a shown one takes a colour far from it."""
+    first = "root.a"
+    near = next(
+        f"root.s{n}"
+        for n in range(10_000)
+        if close(PALETTE[preferred(f"root.s{n}")], PALETTE[preferred(first)])
+        and preferred(f"root.s{n}") != preferred(first)
+    )
+    mapping = colours([first, near])
+    assert not close(mapping[first], mapping[near])
+    assert mapping[first] == PALETTE[preferred(first)]

@@ -19,7 +19,7 @@ from looptrace._cli import main
 from looptrace._configure import looptrace_resource
 from looptrace.testing import FakeClock
 
-from .runs import record_run
+from .helpers.runs import record_run
 
 EPOCH_NS = 1_767_225_600_000_000_000  # the fake clock's epoch at 0 s
 

@@ -10,12 +10,13 @@ import pytest
 
 from looptrace._cli import main
 from looptrace._offline.plot_data import SELF, from_spans, from_windows
-from looptrace._offline.reader import load_windows, open_inputs
+from looptrace._offline.reader import open_inputs
 from looptrace._offline.span_records import load_spans
 from looptrace._offline.summary import summarize_spans, summarize_windows
+from looptrace._offline.window_records import load_windows
 from looptrace.testing import capture
 
-from .runs import Run, record_run
+from .helpers.runs import Run, record_run
 
 
 def _png(path: Path) -> tuple[int, int, int]:
@@ -52,7 +53,10 @@ def test_span_files_make_a_png_of_the_default_size(
     """Span files of two ranks: a 1200x900 PNG with real content."""
     output = tmp_path / "timings.png"
     out = _plot(capsys, output, *(run.span_file for run in two_ranks))
-    assert out == f"wrote {output} (1200x900 px): 36 spans, 2 ranks (0, 1), steps 0-5\n"
+    assert (
+        out
+        == f"wrote {output} (1200x900 px): 36 spans of 6 traced steps, 2 ranks (0, 1), steps 0-5\n"
+    )
     width, height, colours = _png(output)
     assert (width, height) == (1200, 900)
     assert colours > 20

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import bisect
 import math
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,31 +12,14 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from prometheus_client.openmetrics.parser import (
-    text_string_to_metric_families as openmetrics_families,
-)
-from prometheus_client.parser import text_string_to_metric_families
-from prometheus_client.utils import floatToGoString
 
 import looptrace
-from looptrace._stats.buckets import BOUNDARIES_NS
 from looptrace.testing import FakeClock
 
-from .otlp_server import LOCALHOST, OtlpReceiver, free_port, wait_until
-from .servers import Prometheus, binary
-
-WINDOW = "looptrace_section_window_duration_seconds"
-
-
-def scrape(port: int) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
-    """Return `{sample name: {sorted labels: value}}` from an endpoint's /metrics."""
-    with urllib.request.urlopen(f"http://{LOCALHOST}:{port}/metrics", timeout=5) as response:
-        text = response.read().decode()
-    samples: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            samples.setdefault(sample.name, {})[tuple(sorted(sample.labels.items()))] = sample.value
-    return samples
+from .helpers.otlp_server import OtlpReceiver, wait_until
+from .helpers.ports import LOCALHOST, free_port
+from .helpers.prometheus import WINDOW, le_of, openmetrics_scrape, scrape
+from .helpers.servers import Prometheus, binary
 
 
 def test_endpoint_serves_cumulative_histograms_with_rank_labels() -> None:
@@ -220,23 +201,6 @@ def test_real_prometheus_scrapes_and_computes_quantiles(prometheus: Prometheus) 
         )
     ]
     assert [float(s["value"][1]) for s in dropped] == [0.0]
-
-
-def openmetrics_scrape(port: int) -> list[Any]:
-    """Return the samples of an endpoint's /metrics asked for in the OpenMetrics format."""
-    request = urllib.request.Request(
-        f"http://{LOCALHOST}:{port}/metrics",
-        headers={"Accept": "application/openmetrics-text; version=1.0.0; charset=utf-8"},
-    )
-    with urllib.request.urlopen(request, timeout=5) as response:
-        text = response.read().decode()
-    return [sample for family in openmetrics_families(text) for sample in family.samples]
-
-
-def le_of(duration_ns: int) -> str:
-    """Return the `le` label of the bucket a duration falls in."""
-    index = bisect.bisect_left(BOUNDARIES_NS, duration_ns)  # `le`: value <= boundary
-    return "+Inf" if index == len(BOUNDARIES_NS) else floatToGoString(BOUNDARIES_NS[index] / 1e9)  # type: ignore[no-untyped-call]
 
 
 def test_window_quantiles_and_exemplars_in_the_openmetrics_exposition() -> None:

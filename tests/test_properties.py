@@ -2,94 +2,34 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from contextlib import ExitStack, suppress
 from typing import Any
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from looptrace import Section, Snapshot
-from looptrace.testing import Capture, capture
+from looptrace import Section
+from looptrace.testing import capture
 
-from .conftest import PreemptingClock, Worker
-
-TIMERS = ("training", "training.forward", "eval")
-NAMES = ("data", "forward", "backward", "opt")
-
-operations = st.lists(
-    st.one_of(
-        st.tuples(st.just("record"), st.sampled_from(TIMERS), st.sampled_from((None, *NAMES))),
-        st.tuples(st.just("stop"), st.sampled_from(TIMERS), st.none()),
-        st.tuples(st.just("enter"), st.sampled_from(TIMERS), st.sampled_from(NAMES)),
-        st.tuples(st.just("exit"), st.none(), st.none()),
-        st.tuples(st.just("advance"), st.integers(1, 5000), st.none()),
-        st.tuples(st.just("reset"), st.none(), st.none()),
-    ),
-    max_size=60,
-)
+from .helpers.examples import examples
+from .helpers.properties import NAMES, TIMERS, operations, play, window_data
+from .helpers.timing import PreemptingClock, Worker
 
 
-def _window(snapshot: Snapshot) -> dict[str, dict[str, Any]]:
-    """Return a window as plain data, NaN as None (NaN equals NaN only as the same object)."""
-    return {
-        path: {
-            stat: None if isinstance(value, float) and math.isnan(value) else value
-            for stat, value in stats.items()
-        }
-        for path, stats in snapshot.to_dict().items()
-    }
-
-
-def _play(cap: Capture, ops: list[tuple[str, Any, Any]]) -> list[dict[str, Any]]:
-    lt, clock = cap.lt, cap.clock
-    entered: list[Section] = []
-    windows: list[dict[str, Any]] = []
-
-    def timer(path: str) -> Any:
-        head, *rest = path.split(".")
-        found = lt.timer(head)
-        for part in rest:
-            found = found.timer(part)
-        return found
-
-    for op, arg, name in ops:
-        if op == "record":
-            timer(arg).record(name)
-        elif op == "stop":
-            if timer(arg).running:
-                timer(arg).stop()
-        elif op == "enter":
-            section = timer(arg).section(name)
-            section.start()
-            entered.append(section)
-        elif op == "exit" and entered:
-            entered.pop().stop()
-        elif op == "advance":
-            clock.advance(arg / 1e6)
-        elif op == "reset":
-            windows.append(_window(lt.reset()))
-    while entered:
-        entered.pop().stop()
-    windows.append(_window(lt.reset()))
-    assert lt.health().misuse == 0
-    return windows
-
-
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(operations)
 def test_fast_path_matches_general_path(ops: list[tuple[str, Any, Any]]) -> None:
     """Untraced laps (in-place switch) and traced laps (general path) give equal windows."""
-    assert _play(capture(trace_every=0), ops) == _play(capture(trace_every=1), ops)
+    assert play(capture(trace_every=0), ops) == play(capture(trace_every=1), ops)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(operations)
 def test_time_is_conserved_across_windows(ops: list[tuple[str, Any, Any]]) -> None:
     """Splitting by reset() never loses or invents time: totals with and without resets agree."""
-    with_resets = _play(capture(trace_every=0), ops)
-    without = _play(capture(trace_every=0), [op for op in ops if op[0] != "reset"])
+    with_resets = play(capture(trace_every=0), ops)
+    without = play(capture(trace_every=0), [op for op in ops if op[0] != "reset"])
     summed: dict[str, float] = {}
     for window in with_resets:
         for path, stats in window.items():
@@ -201,12 +141,12 @@ def _run(  # noqa: PLR0912 - a branch per public call
         elif op == "advance":
             clock.advance(number / 1e6)
         elif op == "reset":
-            windows.append(_window(lt.reset()))
+            windows.append(window_data(lt.reset()))
         elif op == "timer-reset":
-            windows.append(_window(timer(path).reset()))
+            windows.append(window_data(timer(path).reset()))
     while exits:
         exits.pop()()
-    windows.append(_window(lt.reset()))
+    windows.append(window_data(lt.reset()))
     health = lt.health()
     lt.shutdown()
     return {"windows": windows, "spans": cap.span_tree(), "health": health}
@@ -235,8 +175,17 @@ def _sections(owner: Any, clock: Any, rounds: int) -> None:
             clock.advance(0.002)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(calls, st.sampled_from((0, 1, 2)))
+# A never-lapped timer's section, lapped by `record` of its own name: each lap is a span.
+@example(
+    [
+        ("start", "training", "data", None),
+        ("record", "training", "data", None),
+        ("record", "training", "data", None),
+    ],
+    1,
+)
 def test_every_call_sequence_gives_the_same_result_in_place_and_not(
     ops: list[tuple[str, Any, Any, Any]], trace_every: int
 ) -> None:
@@ -325,7 +274,7 @@ def _play_threads(ops: list[tuple[str, Any, Any, Any]], *, resets: bool) -> list
         preempted = [o for o in pending[:arg] if o[0] != "reset"]
         del pending[:arg]
         clock.on_read = lambda preempted=preempted: [play(*o) for o in preempted]
-        windows.append(_window(lt.reset()))
+        windows.append(window_data(lt.reset()))
     for index, worker in enumerate(workers):
         while entered[index]:
             worker.run(entered[index].pop().stop)
@@ -333,12 +282,12 @@ def _play_threads(ops: list[tuple[str, Any, Any, Any]], *, resets: bool) -> list
             found = lt.timer(timer)
             worker.run(lambda found=found: found.running and found.stop())
         worker.close()
-    windows.append(_window(lt.reset()))
+    windows.append(window_data(lt.reset()))
     assert lt.health().misuse == 0
     return windows
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(thread_operations)
 def test_two_threads_and_resets_neither_invent_nor_lose_time(
     ops: list[tuple[str, Any, Any, Any]],

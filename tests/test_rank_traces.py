@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from .otlp_server import OtlpReceiver
-from .processes import bare_env
+from .helpers.otlp_server import OtlpReceiver
+from .helpers.processes import bare_env
 
 RANK_LOOP = """
     import json, sys

@@ -18,7 +18,7 @@ import looptrace
 from looptrace import TimerError
 from looptrace.testing import Capture, FakeClock, capture
 
-from .otlp_server import LOCALHOST, free_port
+from .helpers.ports import LOCALHOST, free_port
 
 
 def test_count_gives_exact_rates_per_window(cap: Capture) -> None:

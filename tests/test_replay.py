@@ -8,7 +8,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -24,9 +23,10 @@ from looptrace._export.files import OtlpJsonFileExporter
 from looptrace._export.otlp_json import encode_line
 from looptrace._offline import replay as _replay
 
-from .otlp_server import OtlpReceiver
-from .runs import record_run
-from .tls import Tls
+from .helpers.otlp_server import OtlpReceiver
+from .helpers.runs import record_run
+from .helpers.tls import Tls
+from .helpers.waiting import wait_until
 
 
 @pytest.fixture
@@ -174,7 +174,7 @@ def test_interrupt_reports_exactly_what_was_sent(receiver: OtlpReceiver, tmp_pat
         env=env,
     )
     assert receiver.arrived.wait(30)
-    time.sleep(0.3)
+    assert wait_until(lambda: len(receiver.trace_requests) >= 3, 30)  # mid-replay
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=30)
     sent = len(receiver.trace_requests)

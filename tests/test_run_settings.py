@@ -11,10 +11,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 
 import looptrace
-from looptrace._distributed.job import Scale
+from looptrace._base.errors import ConfigError
+from looptrace._distributed.job_histograms import Scale
 from looptrace._export.run_settings import RunSettings, resolve_run, scale
 from looptrace._export.settings_table import str_value
-from looptrace._stats.errors import ConfigError
 from looptrace.testing import FakeClock
 
 NONE_PASSED = {

@@ -12,7 +12,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 import looptrace
 from looptrace._export import sdk_logs as _sdk_logs
 
-from .otlp_server import free_port, wait_until
+from .helpers.ports import free_port
+from .helpers.waiting import wait_until
 
 
 def test_exporter_records_are_folded_once_per_kind_with_header_values_masked(

@@ -15,12 +15,8 @@ from looptrace._export.settings import (
     resolve,
 )
 
-from .otlp_server import LOCALHOST
-
-
-def own(environ: dict[str, str] | None = None, **options: Any) -> ExportSettings:
-    """Resolve for pipelines looptrace owns, with only `environ` as the environment."""
-    return resolve(ExportOptions(**options), environ or {}, owns_traces=True, owns_metrics=True)
+from .helpers.ports import LOCALHOST
+from .helpers.settings import own
 
 
 def otlp(signal: str, endpoint: str, **changes: Any) -> OtlpSettings:
@@ -200,7 +196,9 @@ def test_prometheus_address(
         owns_metrics=True,
         local_rank=local_rank,
     )
-    assert settings.prometheus == (None if expected is None else PrometheusSettings(*expected))
+    assert settings.prometheus == (
+        None if expected is None else PrometheusSettings(*expected, local_rank=local_rank)
+    )
 
 
 def test_batch_processor_variables() -> None:

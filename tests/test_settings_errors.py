@@ -14,8 +14,8 @@ from looptrace._export.settings import (
     resolve,
 )
 
-from .otlp_server import LOCALHOST
-from .test_settings import own
+from .helpers.ports import LOCALHOST
+from .helpers.settings import own
 
 BAD = [
     ({"otlp_endpoint": "http//collector:4318"}, {}, "otlp_endpoint: malformed endpoint"),
@@ -146,6 +146,30 @@ def test_port_in_use_is_a_config_error() -> None:
             looptrace.ConfigError, match=f"prometheus: cannot listen on {LOCALHOST}:{port}"
         ):
             looptrace.configure(tracer_provider=TracerProvider(), prometheus=port)
+
+
+def test_a_port_in_use_names_the_likely_cause_and_the_settings(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two processes of one local rank: the error says so and names what changes the port."""
+    with socket.socket() as taken:
+        taken.bind((LOCALHOST, 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        monkeypatch.setenv("OTEL_EXPORTER_PROMETHEUS_PORT", str(port - 2))
+        monkeypatch.setenv("LOCAL_RANK", "2")
+        monkeypatch.setenv("RANK", "2")
+        monkeypatch.setenv("WORLD_SIZE", "4")
+        with pytest.raises(looptrace.ConfigError) as error:
+            looptrace.configure(tracer_provider=TracerProvider(), prometheus=True)
+    assert str(error.value) == (
+        f"OTEL_EXPORTER_PROMETHEUS_PORT: cannot listen on {LOCALHOST}:{port}: Address already "
+        "in use; another process listens there, most likely another looptrace process with "
+        "the same local rank (this one is local rank 2, and each process listens on the port "
+        "plus its local rank): give each process of a node its own LOCAL_RANK, or choose the "
+        "port with configure(prometheus=PORT) or OTEL_EXPORTER_PROMETHEUS_PORT "
+        "(prometheus=0: any free port)"
+    )
 
 
 SECRET = "s3cret-token-value"

@@ -188,6 +188,9 @@ ENVIRONMENT_READERS = {
     "_distributed/ranks.py",
     "_core/ranges.py",
     "_core/build.py",
+    "_offline/run.py",  # `looptrace run`: the program's environment
+    "integrations/auto.py",  # instrumenting from the environment
+    "_autoinstrument/sitecustomize.py",  # whether to instrument at interpreter start
 }
 # Read by `import looptrace` before any setting, below the layer of the table: which core loads
 # (`_core/build.py`; setup.py reads it at installation too).

@@ -30,7 +30,8 @@ from looptrace._export.settings import slow_lap_factor
 from looptrace._stats.aggregator import FOLD_AT
 from looptrace.testing import Capture, FakeClock, capture
 
-from .test_properties import _play, _window, operations
+from .helpers.examples import examples
+from .helpers.properties import operations, play, window_data
 
 RUN = "run-1"
 FAST_S = 0.3  # a normal step: data 0.1, forward 0.1 (encoder, decoder), optimizer 0.1
@@ -499,7 +500,7 @@ def test_a_slow_lap_nests_a_decorated_call_in_the_one_that_made_it() -> None:
     ]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(operations)
 def test_exporting_slow_laps_never_changes_the_statistics(ops: list[tuple[str, Any, Any]]) -> None:
     """With slow laps exported (factor just above 1) the windows equal those with it off."""
@@ -508,12 +509,12 @@ def test_exporting_slow_laps_never_changes_the_statistics(ops: list[tuple[str, A
     slow_end = [("record", "training", None), ("advance", 10**7, None)] * 2  # 10 s laps
     played = [*warm_up, *ops, *slow_end]
     exported = capture(trace_every=0, slow_lap_factor=1.0001)
-    assert _play(exported, played) == _play(capture(trace_every=0, slow_lap_factor=None), played)
+    assert play(exported, played) == play(capture(trace_every=0, slow_lap_factor=None), played)
     exported.lt.shutdown()
     assert exported.finished_spans() or exported.lt.health().slow_laps_suppressed
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(st.lists(st.integers(1, 5000), min_size=12, max_size=40), st.integers(0, 40))
 def test_slow_laps_of_random_loops_leave_the_statistics_alone(
     decoder_us: list[int], reset_at: int
@@ -527,8 +528,8 @@ def test_slow_laps_of_random_loops_leave_the_statistics_alone(
         for index, micros in enumerate([*decoder_us, round(1e5 * slowest_s)]):
             _step(cap, decoder_s=micros / 1e4)
             if index == reset_at:
-                found.append(_window(cap.lt.reset()))
-        found.append(_window(cap.lt.reset()))
+                found.append(window_data(cap.lt.reset()))
+        found.append(window_data(cap.lt.reset()))
         cap.lt.shutdown()
         windows.append(found)
     assert windows[0] == windows[1]

@@ -17,7 +17,10 @@ from looptrace import RankInfo, RankSpread, RateSpread, SectionSpread, SectionSt
 from looptrace._export.files import SnapshotFileWriter
 from looptrace._stats.snapshot import METRIC_STATS
 from looptrace._stats.spread import SPREAD_STATS
+from looptrace._stats.straggler import Straggler
 from looptrace.testing import Capture
+
+from .helpers.examples import examples
 
 
 def _one_section(cap: Capture) -> Snapshot:
@@ -275,7 +278,7 @@ separators = st.one_of(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.data(), separators, st.sampled_from(["", "t"]))
 def test_distinct_paths_give_distinct_keys(data: st.DataObject, sep: str, prefix: str) -> None:
     """For any section names and separator, every (path, statistic) has a key of its own."""
@@ -363,3 +366,38 @@ def test_the_snapshot_file_records_memory_across_ranks(cap: Capture, tmp_path: P
             "fastest_rank": 0,
         }
     }
+
+
+def test_as_metrics_carries_the_straggler_and_its_cause(cap: Capture) -> None:
+    """A named straggler: its rank, excess, share, streak, chronic rank and cause's excess."""
+    train = cap.lt.timer("train")
+    with train.section("forward"):
+        cap.clock.advance(0.1)
+    straggler = Straggler(
+        rank=3, by="wait", excess_s=0.08, typical_s=0.2, cause="root.train.forward",
+        excess_by_path={"root.train.forward": 0.07}, chronic_rank=3, chronic_count=6, streak=2,
+    )  # fmt: skip
+    reduced = cap.lt.reset().with_spreads({}, straggler)
+    flat = reduced.as_metrics(stats=("total",), sep="/")
+    assert {k: v for k, v in flat.items() if "straggler" in k} == {
+        "timing/straggler/rank": 3.0,
+        "timing/straggler/excess_s": 0.08,
+        "timing/straggler/share": pytest.approx(0.4),
+        "timing/straggler/streak": 2.0,
+        "timing/straggler/chronic_rank": 3.0,
+        "timing/straggler/chronic_count": 6.0,
+        "timing/root/train/forward/straggler_excess_s": 0.07,
+    }
+    guess = Straggler(rank=1, by="outside_wait", excess_s=0.08, typical_s=0.2, cause=None)
+    assert not any("straggler" in k for k in reduced.with_spreads({}, guess).as_metrics())
+
+
+def test_empty_stats_are_nan_but_the_times_given() -> None:
+    """`SectionStats.empty()`: no interval counted, every statistic NaN but the times given."""
+    empty = SectionStats.empty(total=1.5, self_time=0.5, errors=2, buckets=(0, 0))
+    assert (empty.count, empty.total, empty.self_time, empty.errors) == (0, 1.5, 0.5, 2)
+    assert empty.buckets == (0, 0)
+    unknown = [empty.mean, empty.min, empty.max, empty.std, empty.p50, empty.p90, empty.p99]
+    assert all(math.isnan(value) for value in unknown)
+    bare = SectionStats.empty()
+    assert math.isnan(bare.total) and math.isnan(bare.self_time) and bare.buckets == ()

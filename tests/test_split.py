@@ -9,6 +9,8 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from looptrace._export.otlp_json import ExportTraceServiceRequest
 from looptrace._offline.split import split_request
 
+from .helpers.examples import examples
+
 LIMIT = 4096
 
 # resources -> scopes -> span payload sizes
@@ -45,7 +47,7 @@ def _flat(request: ExportTraceServiceRequest) -> list[tuple[str, str, bytes]]:
     ]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(shapes)
 def test_parts_hold_every_span_once_in_order_under_the_limit(shape: list[list[list[int]]]) -> None:
     """Parts stay under the limit and, with the spans too large alone, give back the request."""

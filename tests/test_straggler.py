@@ -10,10 +10,10 @@ import pytest
 
 pytest.importorskip("torch.distributed", reason="needs torch (the test extra)")
 
-from tests import straggler_worker
-from tests.allocator import GIB
-from tests.processes import run_ranks
-from tests.straggler_worker import CHRONIC_SLOW, slow_rank
+from tests.helpers import straggler_worker
+from tests.helpers.allocator import GIB
+from tests.helpers.processes import run_ranks
+from tests.helpers.straggler_worker import CHRONIC_SLOW, slow_rank
 
 WORKER = Path(straggler_worker.__file__)
 JOB_TIMEOUT_S = 180
@@ -21,7 +21,7 @@ ACTION = "more DataLoader workers, pin_memory, prefetching, or lighter transform
 
 
 def run_job(world: int, workdir: Path) -> list[dict[str, list[dict[str, Any]]]]:
-    """Run `world` ranks of tests/straggler_worker.py and return each one's results."""
+    """Run `world` ranks of tests/helpers/straggler_worker.py and return each one's results."""
     return run_ranks(WORKER, world, workdir, timeout_s=JOB_TIMEOUT_S)
 
 
@@ -73,7 +73,7 @@ def test_an_input_bound_run_names_the_data_share(job: Any) -> None:
             "severity": "critical",
             "path": "root.input_bound.data",
             "rank": None,
-            "message": "30% of the typical rank's root.input_bound lap waits for input in "
+            "message": "30% of the median rank's root.input_bound lap waits for input in "
             "root.input_bound.data (0.150 s of 0.500 s)",
             "action": ACTION,
         }
@@ -87,7 +87,8 @@ def test_the_rank_slow_in_forward_is_the_straggler_not_the_waiting_rank(job: Any
     """
     world, results = job
     slow = slow_rank(world)
-    [window] = alike(results, "slow_forward")
+    first, window = alike(results, "slow_forward")
+    assert first["findings"] == []  # one window is not yet a persistent straggler
     assert window["findings"] == [straggler_finding("slow_forward", slow, "forward", "31%")]
     straggler = window["straggler"]
     assert (straggler["rank"], straggler["by"], straggler["cause"]) == (
@@ -111,28 +112,18 @@ def test_the_rank_slow_in_forward_is_the_straggler_not_the_waiting_rank(job: Any
 def test_the_rank_slow_in_data_is_the_straggler_with_cause_data(job: Any) -> None:
     """Rank slowed 20 ms a step in data: the straggler, cause data."""
     world, results = job
-    [window] = alike(results, "slow_data")
+    first, window = alike(results, "slow_data")
+    assert [f for f in first["findings"] if f["kind"] == "straggler"] == []
     found = [f for f in window["findings"] if f["kind"] == "straggler"]
     assert found == [straggler_finding("slow_data", slow_rank(world), "data", "31%")]
 
 
-def test_without_wait_sections_the_most_lap_time_names_the_straggler(job: Any) -> None:
-    """No wait section marked: the rank with the most lap time is named, by that rule."""
-    world, results = job
-    slow = slow_rank(world)
+def test_without_wait_sections_no_straggler_is_named(job: Any) -> None:
+    """No wait section known: no straggler warning, one info finding naming no rank or path."""
+    _, results = job
     [window] = alike(results, "no_wait_section")
-    path = "root.no_wait_section.forward"
-    assert window["findings"] == [
-        {
-            "kind": "straggler",
-            "severity": "warning",
-            "path": path,
-            "rank": slow,
-            "message": f"rank {slow} makes the others wait (most lap time outside wait "
-            f"sections): 0.100 s (20%) over the typical rank; cause {path}",
-            "action": f"look at {path} on rank {slow}: its data shard, its device, its host",
-        }
-    ]
+    assert window["findings"] == []
+    assert [i for i in window["infos"] if i[0] == "straggler"] == [["straggler", None, None]]
 
 
 def test_a_chronic_straggler_is_named_from_its_sixth_window_of_ten(job: Any) -> None:
@@ -143,8 +134,8 @@ def test_a_chronic_straggler_is_named_from_its_sixth_window_of_ten(job: Any) -> 
     chronic = [(w["straggler"]["chronic_rank"], w["straggler"]["chronic_count"]) for w in windows]
     assert chronic == [(None, 0)] * 6 + [(slow, 6), (slow, 6), (slow, 7), (slow, 7)]
     kinds = [[(f["kind"], f["rank"]) for f in w["findings"]] for w in windows]
-    expected = [
-        ([("straggler", slow)] if window in CHRONIC_SLOW else [])
+    expected = [  # a straggler warns from its second window in a row
+        ([("straggler", slow)] if {window - 1, window} <= CHRONIC_SLOW else [])
         + ([("chronic_straggler", slow)] if window >= 6 else [])
         for window in range(10)
     ]
@@ -167,30 +158,33 @@ def test_a_section_marked_wait_true_names_the_straggler(job: Any) -> None:
     """record("allreduce", wait=True) marks the wait as wait_sections would: slow rank named."""
     world, results = job
     slow = slow_rank(world)
-    [window] = alike(results, "marked_wait")
+    _, window = alike(results, "marked_wait")
     assert window["findings"] == [straggler_finding("marked_wait", slow, "forward", "31%")]
     assert window["straggler"]["by"] == "wait"
 
 
-def test_a_throughput_drop_is_named_on_every_rank_with_its_straggler(job: Any) -> None:
-    """A rank 50 ms slower a step in window 4: every rank's rate drops a third; it is named."""
+def test_a_throughput_drop_is_named_on_every_rank(job: Any) -> None:
+    """A rank 50 ms slower a step from window 4: every rank's rate drops a third; it is named.
+
+    One slow window is not yet either finding: both warn from the second in a row.
+    """
     world, results = job
     slow = slow_rank(world)
     path = "root.throughput_drop"
     for rank, result in enumerate(results):
         windows = result["throughput_drop"]
-        assert [w["findings"] for w in windows[:4]] == [[]] * 4
-        assert [(f["kind"], f["rank"]) for f in windows[4]["findings"]] == [
+        assert [w["findings"] for w in windows[:5]] == [[]] * 5
+        assert [(f["kind"], f["rank"]) for f in windows[5]["findings"]] == [
             ("straggler", slow),
             ("throughput_drop", rank),
         ]
-        assert windows[4]["findings"][1] == {
+        assert windows[5]["findings"][1] == {
             "kind": "throughput_drop",
             "severity": "warning",
             "path": path,
             "rank": rank,
-            "message": f"{path} counted 213.3 samples/s, 33% below the run's median 320 "
-            "samples/s over 4 windows",
+            "message": f"{path} counted 213.3 samples/s, 33% below the run's sustained 320 "
+            "samples/s (the median of 3 windows before it)",
             "action": "compare this window's sections with an earlier one's: which grew, and "
             "what else ran then",
         }

@@ -4,23 +4,27 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from looptrace import RankInfo, Section, SectionStats, Snapshot, configure
 from looptrace._cli import main
-from looptrace._offline.reader import Window, load_windows, open_inputs
+from looptrace._offline.reader import open_inputs
+from looptrace._offline.sampled import SAMPLED
 from looptrace._offline.span_records import load_spans
 from looptrace._offline.summary import merge_windows, summarize_spans, summarize_windows
+from looptrace._offline.window_records import Window, load_windows
 from looptrace.testing import FakeClock, capture
 
-from .runs import Run, record_run
+from .helpers.examples import examples
+from .helpers.runs import Run, record_run
 
 RANK_NOTE = "rank min / rank max: lowest and highest per-rank mean; slowest: the rank of the max"
 
@@ -41,12 +45,18 @@ def _summary(capsys: pytest.CaptureFixture[str], *args: object) -> str:
     return captured.out
 
 
+def _sampled(run: Run) -> str:
+    """Return the note under a span-file summary, naming the snapshot file beside it."""
+    beside = sorted(run.span_file.parent.glob("snapshots*.jsonl"))[0]
+    return f"{SAMPLED}; every step: looptrace summary {beside}"
+
+
 def test_span_files_of_two_ranks(two_ranks: list[Run], capsys: pytest.CaptureFixture[str]) -> None:
     """Exact statistics over both ranks, with per-rank min/max of the mean and the slowest."""
     out = _summary(capsys, *(run.span_file for run in two_ranks))
     assert out == "\n".join(
         [
-            "span files: 24 spans, 2 ranks (0, 1), steps 0-3",
+            "span files: 24 spans of 4 traced steps, 2 ranks (0, 1), steps 0-3",
             "",
             "section        count     mean    p50     p99   total  % parent    self  rank min  rank max  slowest",  # noqa: E501
             "root.training      8  77.5 ms  70 ms  125 ms  620 ms              0 ns     75 ms     80 ms        1",  # noqa: E501
@@ -54,6 +64,8 @@ def test_span_files_of_two_ranks(two_ranks: list[Run], capsys: pytest.CaptureFix
             "  data             8  32.5 ms  25 ms   85 ms  260 ms      41.9  260 ms     25 ms     40 ms        1",  # noqa: E501
             "",
             RANK_NOTE,
+            "",
+            _sampled(two_ranks[0]),
             "",
         ]
     )
@@ -64,12 +76,14 @@ def test_rank_and_step_filters(two_ranks: list[Run], capsys: pytest.CaptureFixtu
     files = [run.span_file for run in two_ranks]
     assert _summary(capsys, *files, "--rank", "1", "--since-step", "2") == "\n".join(
         [
-            "span files: 6 spans, rank 1, steps 2-3",
+            "span files: 6 spans of 2 traced steps, rank 1, steps 2-3",
             "",
             "section        count    mean    p50     p99   total  % parent    self",
             "root.training      2  100 ms  75 ms  125 ms  200 ms              0 ns",
             "  data             2   60 ms  35 ms   85 ms  120 ms      60.0  120 ms",
             "  forward          2   40 ms  40 ms   40 ms   80 ms      40.0   80 ms",
+            "",
+            _sampled(two_ranks[0]),
             "",
         ]
     )
@@ -80,6 +94,10 @@ def test_snapshot_files_merge_windows(
 ) -> None:
     """Windows merge exactly for counts and totals; quantiles are estimated and say so."""
     out = _summary(capsys, *(run.snapshot_file for run in two_ranks))
+    # The host's memory, this process's own: its line is checked apart from the rest.
+    memory = re.search(r"\n\nmemory: host peak resident [0-9.]+ [KMG]iB\n", out)
+    assert memory is not None
+    out = out.replace(memory.group(0), "\n", 1)
     assert out == "\n".join(
         [
             "findings (1 of 1, most severe first):",
@@ -349,8 +367,20 @@ def _nan_equal(a: Mapping[str, object], b: Mapping[str, object]) -> bool:
     return repr(sorted(a.items())) == repr(sorted(b.items()))  # NaN == NaN as text
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(lap_operations)
+# A never-lapped timer's section, lapped by `record` of its own name: each lap is a span.
+@example(
+    [
+        ("enter", "data"),
+        ("advance", 1000),
+        ("record", "data"),
+        ("advance", 1000),
+        ("record", "data"),
+        ("advance", 1000),
+        ("exit", None),
+    ]
+)
 def test_the_summary_of_the_files_is_the_sum_of_the_windows(ops: list[tuple[str, Any]]) -> None:
     """Any laps, sections and resets: the files' summaries equal the in-memory windows summed."""
     with tempfile.TemporaryDirectory() as directory:
@@ -451,3 +481,19 @@ def test_another_ranks_laps_are_not_children_of_rank_0s(tmp_path: Path) -> None:
         0: pytest.approx(1.0),
         1: pytest.approx(1.0),
     }
+
+
+def test_a_span_file_summary_says_it_holds_traced_steps(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The summary of spans names the traced steps and the sampling; alone, no file beside."""
+    run = record_run(tmp_path, data_ms=[10] * 20)
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    span_file = alone / "spans.jsonl"
+    span_file.write_bytes(run.span_file.read_bytes())
+    out = _summary(capsys, span_file).splitlines()
+    assert out[0] == "span files: 60 spans of 20 traced steps, rank 0, steps 0-19"
+    assert out[-1] == SAMPLED
+    out = _summary(capsys, run.span_file).splitlines()
+    assert out[-1] == f"{SAMPLED}; every step: looptrace summary {tmp_path / 'snapshots.jsonl'}"

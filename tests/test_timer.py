@@ -1,4 +1,4 @@
-"""Lap semantics of timers and sections (DESIGN.md §Semantics 1-4 and 6)."""
+"""Lap semantics of timers and sections (docs/architecture.md, timer semantics 1-4 and 6)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 import looptrace
 from looptrace.testing import Capture, capture
 
-from .conftest import counts, totals
+from .helpers.timing import counts, totals
 
 
 def test_record_laps_a_running_timer(cap: Capture) -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from looptrace.testing import Capture, FakeClock, capture
 
-from .conftest import PreemptingClock, Worker, counts, totals
+from .helpers.timing import PreemptingClock, Worker, counts, totals
 
 
 def test_threads_share_a_timer_with_exact_counts() -> None:

@@ -7,10 +7,11 @@ from collections.abc import Iterator
 import pytest
 
 from looptrace import Snapshot
-from looptrace._stats.finding import Finding
+from looptrace._diagnosis.finding import Finding
+from looptrace._diagnosis.trends import sustained
 from looptrace._stats.thresholds import thresholds
 from looptrace.testing import Capture, capture
-from tests.allocator import GIB, Allocator
+from tests.helpers.allocator import GIB, Allocator
 
 torch = pytest.importorskip("torch")
 
@@ -54,7 +55,7 @@ def window(cap: Capture, samples: int = 100) -> Snapshot:
 
 def found(snapshot: Snapshot, kinds: tuple[str, ...] = TRENDS) -> list[Finding]:
     """Return the window's findings of `kinds`."""
-    return [f for f in snapshot.diagnosis() if f.kind in kinds]
+    return [f for f in snapshot.diagnosis(min_severity="info") if f.kind in kinds]
 
 
 def held(allocator: Allocator, allocated_gib: float, reserved_gib: float = 0) -> None:
@@ -163,26 +164,26 @@ def test_memory_pressure_abstains_without_the_device_total(
     ]
 
 
-def test_a_throughput_drop_is_named_against_the_run_median(run: Capture) -> None:
-    """A warm-up, 400 samples/s thrice, then 320: 20 % below the median of four windows."""
-    samples = (100, 100, 100, 100, 80)
+def test_a_throughput_drop_is_named_against_the_sustained_level(run: Capture) -> None:
+    """A warm-up, 400 samples/s thrice, then 320 twice: 20 % below, from the second window."""
+    samples = (100, 100, 100, 100, 80, 80)
     seen = [found(window(run, n), ("throughput_drop",)) for n in samples]
     assert [f.message for f in seen[0]] == ["a warm-up window: throughput drop not judged"]
     assert [f.message for f in seen[2]] == [
         "fewer than 3 windows after the warm-up: throughput drop not judged yet"
     ]
-    assert seen[3] == []
-    assert seen[4] == [
+    assert seen[3] == seen[4] == []  # one window below the level is not yet a drop
+    assert seen[5] == [
         Finding(
             "throughput_drop",
             "warning",
             "root.train",
             0,
-            "root.train counted 320 samples/s, 20% below the run's median 400 samples/s over "
-            "4 windows",
+            "root.train counted 320 samples/s, 20% below the run's sustained 400 samples/s "
+            "(the median of 3 windows before it)",
             DROP_ACTION,
-            {"unit": "samples", "per_s": 320.0, "median_per_s": 400.0,
-             "drop": pytest.approx(0.2), "windows": 4},
+            {"unit": "samples", "per_s": 320.0, "sustained_per_s": 400.0,
+             "drop": pytest.approx(0.2), "windows": 3},
         )
     ]  # fmt: skip
 
@@ -194,7 +195,9 @@ def test_a_small_dip_is_no_drop(run: Capture) -> None:
     dipped = window(run, 95)
     assert found(dipped, ("throughput_drop",)) == []
     assert [
-        f.kind for f in dipped.diagnosis(throughput_drop_share=0.04) if f.severity != "info"
+        f.kind
+        for f in dipped.diagnosis(throughput_drop_share=0.04, throughput_drop_windows=1)
+        if f.severity != "info"
     ] == ["throughput_drop"]
 
 
@@ -215,3 +218,22 @@ def test_the_warm_up_is_a_setting(allocator: Allocator) -> None:
     ]
     with pytest.raises(ValueError, match=r"warmup_windows=-1 must be a whole number >= 0"):
         thresholds({"warmup_windows": -1})
+
+
+def test_a_drop_that_lasts_stays_reported_until_it_recovers(run: Capture) -> None:
+    """40 % slower from window 4 on: each slow window from the second warns; recovered, none."""
+    samples = (100, 100, 100, 100, 60, 60, 60, 60, 60, 60, 100, 100)
+    drops = [
+        [(f.kind, f.path, f.rank) for f in found(window(run, n), ("throughput_drop",))]
+        for n in samples
+    ]
+    slow = [("throughput_drop", "root.train", 0)]
+    assert drops[4:] == [[]] + [slow] * 5 + [[], []]
+
+
+def test_the_sustained_level_leaves_out_the_windows_of_a_drop() -> None:
+    """Rates 40 % down join no reference, and count the drop's windows; a rise joins it."""
+    assert sustained([100, 100, 60, 60, 60], 0.1) == ([100, 100], 3)
+    assert sustained([100, 60], 0.1) == ([100, 60], 0)
+    assert sustained([100, 100, 120, 95], 0.1) == ([100, 100, 120, 95], 0)
+    assert sustained([100, 100, 60, 100, 60], 0.1) == ([100, 100, 100], 1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import json
 import logging
 import re
 from pathlib import Path
@@ -12,17 +13,18 @@ import pytest
 from looptrace._cli import main
 from looptrace._offline.palette import LEGEND
 from looptrace._offline.plot_data import SELF, from_spans, from_windows
-from looptrace._offline.reader import load_windows, open_inputs
+from looptrace._offline.reader import open_inputs
 from looptrace._offline.summary import summarize_spans, summarize_windows
 from looptrace._offline.watch import Watcher, view
+from looptrace._offline.window_records import load_windows
 from looptrace.testing import capture
 
 torch = pytest.importorskip("torch", reason="Lightning needs torch (the lightning extra)")
 L = pytest.importorskip("lightning", reason="the lightning extra is not installed")
 integration = pytest.importorskip("looptrace.integrations.lightning")
 
-from .test_integrations_lightning import EPOCHS, Items, Tiny, everything  # noqa: E402
-from .test_watch import _text  # noqa: E402
+from .helpers.console import text_lines  # noqa: E402
+from .helpers.lightning import EPOCHS, Items, Tiny, everything  # noqa: E402
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:`isinstance\\(treespec, LeafSpec\\)` is deprecated"),
@@ -106,7 +108,7 @@ def test_watch_shows_the_batch_timer(lightning_run: Path) -> None:
     warnings: list[str] = []
     watcher = Watcher([str(lightning_run / "snapshots.jsonl")], warnings.append, lambda: 0.0)
     assert watcher.poll() == 1
-    lines = _text(view(watcher.state, 0.0))
+    lines = text_lines(view(watcher.state, 0.0))
     assert lines[0].startswith("step 20 | 1 window | 1 rank")
     assert any(line.startswith("root.lightning ") for line in lines)
     assert any(line.strip().startswith("run_training_batch ") for line in lines)
@@ -119,7 +121,9 @@ def test_a_corrupt_line_gets_the_same_warning_from_every_command(
     """A line overwritten with garbage: one identical warning from summary, report, plot, watch."""
     [line] = (lightning_run / "snapshots.jsonl").read_text().splitlines(keepends=True)
     path = tmp_path / "snapshots.jsonl"
-    path.write_text(line + "{garbage\n" + line)
+    later = json.loads(line)  # the same window written again as the next one, not a copy
+    later["window"] = later.get("window", 0) + 1
+    path.write_text(line + "{garbage\n" + json.dumps(later) + "\n")
     warning = f"{path}: skipped unreadable line 2"
     for command in (["summary"], ["report", "-o", str(tmp_path / "r.html")],
                     ["plot", "-o", str(tmp_path / "p.png")]):  # fmt: skip

@@ -15,9 +15,12 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from looptrace import RankInfo, configure
 from looptrace._offline.watch import Follower, Watcher, view, watch
+from looptrace.testing import FakeClock
 
-from .runs import record_run
+from .helpers.console import text_lines
+from .helpers.runs import record_run
 
 HANG_S = 30  # a hang guard, not a speed claim
 
@@ -56,12 +59,6 @@ def _lines(tmp_path: Path) -> dict[int, list[str]]:
     }
 
 
-def _text(renderable: object) -> list[str]:
-    console = Console(record=True, width=100, file=io.StringIO())
-    console.print(renderable)
-    return [line.rstrip() for line in console.export_text().splitlines()]
-
-
 def _append(path: Path, text: str) -> None:
     with path.open("a") as handle:
         handle.write(text)
@@ -74,11 +71,11 @@ def test_windows_appended_by_two_ranks_show_per_section_figures(tmp_path: Path) 
     clock = Clock()
     watcher = Watcher([str(tmp_path / "snapshots.rank*.jsonl")], print, clock)
     assert watcher.poll() == 0
-    assert _text(view(watcher.state, clock()))[-1] == "waiting for snapshot lines ..."
+    assert text_lines(view(watcher.state, clock()))[-1] == "waiting for snapshot lines ..."
     _append(files[0], lines[0][0])
     _append(files[1], lines[1][0] + lines[1][1])
     assert watcher.poll() == 3
-    assert _text(view(watcher.state, clock())) == [
+    assert text_lines(view(watcher.state, clock())) == [
         "step 4 | 3 windows | 2 ranks | 22.5 steps/s per rank",
         "section          p50    p99   share  slowest rank  excess",
         "root.training  45 ms  50 ms  100.0%             1   +5 ms",
@@ -117,11 +114,11 @@ def test_a_rank_that_stops_writing_is_marked_stale(tmp_path: Path) -> None:
     _append(files[1], lines[1][0])
     watcher.poll()
     clock.now += 0.2
-    assert "stale" not in _text(view(watcher.state, clock()))[0]
+    assert "stale" not in text_lines(view(watcher.state, clock()))[0]
     _append(files[0], lines[0][1])
     watcher.poll()
     clock.now += 0.15  # rank 1 silent for 0.35 s > 3 x 100 ms; rank 0 for 0.15 s < 3 x 80 ms
-    assert _text(view(watcher.state, clock()))[0] == (
+    assert text_lines(view(watcher.state, clock()))[0] == (
         "step 4 | 3 windows | 2 ranks | stale: rank 1 | 22.5 steps/s per rank"
     )
 
@@ -246,7 +243,7 @@ def test_input_that_is_not_a_terminal_is_never_read(tmp_path: Path) -> None:
 def test_a_running_two_rank_gloo_job_is_followed_window_by_window(tmp_path: Path) -> None:
     """Ranks of a real gloo job append windows; each shows up, with the straggler; `q` quits."""
     pytest.importorskip("torch.distributed", reason="needs torch (the test extra)")
-    from . import gloo_files
+    from .helpers import gloo_files
 
     out, go = tmp_path / "out", tmp_path / "go"
     out.mkdir()
@@ -299,3 +296,78 @@ def test_a_running_two_rank_gloo_job_is_followed_window_by_window(tmp_path: Path
     ]
     middle = text[text.index("step 20 | 4 windows | 2 ranks") : text.index("step 30 | 6 windows")]
     assert "  warning  rank 1: slow_steps: 1 of 10 root.training steps took over 3x" in middle
+
+
+def _counting_run(directory: Path, *, rank: int, world_size: int) -> None:
+    """Write 4 steps (64 samples each, a reset every 2) that end with a partial window.
+
+    Each step laps first, so every reset falls inside a lap: the window after the last one
+    holds the tail of a lap only (partial). A step of rank 0 takes 100 ms, of rank 1 150 ms.
+    """
+    clock = FakeClock(start_s=0.0)
+    lt = configure(
+        clock=clock,
+        rank=RankInfo(rank=rank, world_size=world_size),
+        traces_exporter="none",
+        metrics_exporter="none",
+        snapshot_file=directory / "snapshots.jsonl",
+    )
+    train = lt.timer("training")
+    for step in range(4):
+        train.record()  # the previous lap ends, the next begins
+        train.record("data")
+        clock.advance(0.05 * (rank + 1))
+        train.count("samples", 64)
+        train.record("forward")
+        clock.advance(0.05)
+        if step % 2 == 1:
+            lt.reset()
+    clock.advance(0.01)
+    train.stop()
+    lt.shutdown()
+
+
+def test_the_header_shows_the_units_per_second_and_one_rank_no_rank_columns(
+    tmp_path: Path,
+) -> None:
+    """Samples per second in the header; with one rank no slowest-rank or excess column."""
+    _counting_run(tmp_path, rank=0, world_size=1)
+    watcher = Watcher([str(tmp_path / "snapshots.jsonl")], print, Clock())
+    assert watcher.poll() == 3
+    lines = text_lines(view(watcher.state, Clock()()))
+    assert lines[:2] == [
+        "step 4 | 2 windows | 1 rank | 10 steps/s per rank | 640 samples/s",
+        "section           p50     p99   share",
+    ]
+
+
+def test_two_ranks_show_the_jobs_units_per_second_and_the_rank_columns(tmp_path: Path) -> None:
+    """The job's samples per second is the sum of the ranks'; the rank columns are back."""
+    for rank in (0, 1):
+        _counting_run(tmp_path, rank=rank, world_size=2)
+    watcher = Watcher([str(tmp_path)], print, Clock())
+    assert watcher.poll() == 6
+    lines = text_lines(view(watcher.state, Clock()()))
+    # 128 samples in 0.2 s on rank 0 and in 0.3 s on rank 1: 640 + 426.7 a second
+    assert lines[0] == (
+        "step 4 | 4 windows | 2 ranks | 8.33 steps/s per rank | 1,067 samples/s for the job"
+    )
+    assert lines[1].split() == ["section", "p50", "p99", "share", "slowest", "rank", "excess"]
+
+
+def test_a_partial_last_window_neither_replaces_the_latest_nor_counts(tmp_path: Path) -> None:
+    """The tail of a lap at the end of a run (10 ms): the view keeps the last whole window."""
+    _counting_run(tmp_path, rank=0, world_size=1)
+    watcher = Watcher([str(tmp_path / "snapshots.jsonl")], print, Clock())
+    watcher.poll()
+    assert [round(s.seconds, 6) for s in watcher.state.ranks.values()] == [0.2]  # not 0.01
+    assert watcher.state.windows == 2
+
+
+def test_a_folder_holding_span_files_is_followed_without_a_warning(tmp_path: Path) -> None:
+    """Span files reached through the run's folder are passed over in silence."""
+    record_run(tmp_path)
+    warnings: list[str] = []
+    watcher = Watcher([str(tmp_path)], warnings.append, Clock())
+    assert watcher.poll() == 2
+    assert warnings == []

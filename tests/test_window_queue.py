@@ -27,8 +27,9 @@ from looptrace._export.line_file import LineFile
 from looptrace._export.window_queue import MAX_QUEUED_WINDOWS
 from looptrace.testing import FakeClock
 
-from .otlp_server import OtlpReceiver, free_port, wait_until
-from .test_prometheus import WINDOW, scrape
+from .helpers.otlp_server import OtlpReceiver, wait_until
+from .helpers.ports import free_port
+from .helpers.prometheus import WINDOW, scrape
 
 PATH = "root.train.step"
 HANG_GUARD_S = 20.0

@@ -11,10 +11,11 @@ import os
 import sys
 from pathlib import Path
 
+from looptrace._base.errors import ConfigError, TimerError
+from looptrace._base.version import version
 from looptrace._offline.commands import add_commands
 from looptrace._offline.reader import InputError
-from looptrace._stats.errors import ConfigError, TimerError
-from looptrace._stats.version import version
+from looptrace._offline.run import add_run
 
 
 class _VersionAction(argparse.Action):
@@ -51,6 +52,7 @@ def _build_parser() -> argparse.ArgumentParser:
         "--out", type=Path, default=Path("looptrace-demo"), help="directory (./looptrace-demo)"
     )
     add_commands(commands)
+    add_run(commands)
     return parser
 
 

@@ -13,14 +13,16 @@ from pathlib import Path
 
 from opentelemetry.sdk.trace import TracerProvider
 
+from looptrace._base.errors import ConfigError
 from looptrace._configure import configure, looptrace_resource
 from looptrace._core.clock import ManualClock
 from looptrace._distributed.ranks import RankInfo
+from looptrace._export.extras import FILES_EXTRA_MISSING
 from looptrace._looptrace import Looptrace
-from looptrace._offline.reader import load_windows, open_inputs
+from looptrace._offline.reader import open_inputs
 from looptrace._offline.summary import render_summary, summarize_spans, summarize_windows
 from looptrace._offline.table import render_table
-from looptrace._stats.errors import ConfigError
+from looptrace._offline.window_records import load_windows
 from looptrace._stats.snapshot import Snapshot
 
 SPAN_FILE = "spans.jsonl"
@@ -186,7 +188,7 @@ def demo_report(result: DemoResult) -> str:
     if spans is None:
         lines += [
             f"Snapshots: {snapshots} (one line per reset())",
-            "Spans:     not written; they need the OTLP encoder: pip install 'looptrace[files]'",
+            f"Spans:     not written; {FILES_EXTRA_MISSING}",
             "Look at them:",
             f"  looptrace summary {snapshots}",
             f"  looptrace plot {snapshots} -o {directory / 'timings.png'}",

@@ -9,9 +9,12 @@ import weakref
 from collections.abc import Callable, Mapping
 
 from looptrace._core.engine import Engine
+from looptrace._core.open_sections import OpenSection, read_open
+from looptrace._core.own_time import skip_own_time
 from looptrace._core.timer import Timer
+from looptrace._diagnosis.history import RunHistory
 from looptrace._distributed.across_ranks import reduce_or_keep
-from looptrace._distributed.job import Scale
+from looptrace._distributed.job_histograms import Scale
 from looptrace._distributed.ranks import RankInfo
 from looptrace._export.exit import release_exit_flush
 from looptrace._export.in_order import InOrder
@@ -19,11 +22,11 @@ from looptrace._export.outputs import Outputs
 from looptrace._export.processor import AggregatingSpanProcessor
 from looptrace._stats.aggregator import Aggregator
 from looptrace._stats.health import Health, Incidents
-from looptrace._stats.history import RunHistory
 from looptrace._stats.memory import MemoryReader
 from looptrace._stats.rates import Flops
 from looptrace._stats.roles import Roles
 from looptrace._stats.snapshot import Snapshot
+from looptrace._stats.system_figures import WindowSystem
 from looptrace._stats.thresholds import DEFAULTS
 
 
@@ -43,8 +46,10 @@ class Looptrace:
         outputs: Outputs,
         processor: AggregatingSpanProcessor | None,
         memory: MemoryReader | None = None,
+        flush: Callable[[], bool] | None = None,
     ) -> None:
         self._engine = engine
+        self._flush = flush  # the files' and exporters' (None: nothing is written or exported)
         self._memory = MemoryReader() if memory is None else memory
         engine.spans.lap_memory = self._memory.lap  # traced laps' spans carry the memory
         self._aggregator = aggregator
@@ -63,9 +68,12 @@ class Looptrace:
         self.limits: Mapping[str, float] = DEFAULTS  # configure(diagnosis_thresholds=...)
         self.flops = Flops()  # configure(peak_flops=..., flops_per_unit=...): MFU
         self._history = RunHistory()  # what memory creep and throughput drops compare with
+        self._overhead_ns = 0  # looptrace's own time in resets since the last window closed
         # (configured roles, paths marked `wait=True`, both): the latest window's roles
         self._marked_roles: tuple[Roles, frozenset[str], Roles] | None = None
         self.scale = Scale()  # configure(detail_ranks=..., job_rank=...)
+        # The system figures of a closing window (`looptrace.integrations.system`), or None.
+        self.system: Callable[[], WindowSystem | None] | None = None
         engine.reset_timer = self._reset_timer
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=_after_fork_hook(self))
@@ -162,6 +170,26 @@ class Looptrace:
     def _close_window(
         self, *, across_ranks: bool, final: bool, subtree: str | None = None
     ) -> Snapshot:
+        """Close a window, then take the time it took out of the calling thread's laps."""
+        began = self._engine.now()
+        try:
+            return self._close(across_ranks=across_ranks, final=final, subtree=subtree)
+        finally:
+            if not final:
+                self._skip_own_time(began)
+
+    def _skip_own_time(self, began: int) -> None:
+        """Keep the reset that began at `began` out of the laps; count it as overhead."""
+        engine = self._engine
+        try:
+            ended = engine.now()
+            with self._aggregator.lock:
+                self._overhead_ns += ended - began
+            skip_own_time(engine, began, ended)
+        except Exception:
+            self._incidents.failed("keeping reset() out of the running laps")
+
+    def _close(self, *, across_ranks: bool, final: bool, subtree: str | None) -> Snapshot:
         engine = self._engine
         aggregator = self._aggregator
         with aggregator.lock:
@@ -187,6 +215,7 @@ class Looptrace:
                 subtree=subtree,
             )
             snapshot.steps = self._window_steps(subtree, snapshot.step)
+            snapshot.overhead, self._overhead_ns = self._overhead_ns / 1e9, 0
             ticket = self._in_order.ticket()
         with self._in_order.turn(ticket):
             return self._deliver(snapshot, across_ranks=across_ranks, subtree=subtree)
@@ -194,11 +223,20 @@ class Looptrace:
     def _deliver(self, snapshot: Snapshot, *, across_ranks: bool, subtree: str | None) -> Snapshot:
         """Complete a closed window (memory, ranks, history) and hand it to every output."""
         snapshot.roles, snapshot.limits, snapshot.flops = self._roles(), self.limits, self.flops
+        try:
+            snapshot.hang = self._outputs.standing_hang()
+        except Exception:
+            self._incidents.failed("reading the standing hang of a window")
         if subtree is None:  # the process's memory: in the windows of every timer only
             try:
                 snapshot.memory = self._memory.read()
             except Exception:
                 self._incidents.failed("reading the memory of a window")
+            if self.system is not None:
+                try:
+                    snapshot.system = self.system()
+                except Exception:
+                    self._incidents.failed("reading the system figures of a window")
         try:
             snapshot.past = self._history.add(snapshot, int(self.limits["warmup_windows"]))
         except Exception:
@@ -233,6 +271,16 @@ class Looptrace:
             roles = self._marked_roles = (self.roles, marked, with_marks)
         return roles[2]
 
+    def open_sections(self) -> list[OpenSection]:
+        """Return every thread's running sections now: path, step, seconds open, nesting depth.
+
+        Read from another thread's point of view without stopping the loop (nothing is
+        locked, nothing runs per section): each thread's sections come outermost first, each
+        after its parent; a section ending at the same moment may or may not be listed.
+        """
+        engine = self._engine
+        return read_open(engine.states.all(), engine.now())
+
     def health(self) -> Health:
         """Return the counts of misuse, swallowed errors, overflows, losses, capped slow laps."""
         return Health(
@@ -244,6 +292,36 @@ class Looptrace:
             slow_laps_suppressed=self._incidents.slow_laps_suppressed,
             dropped_windows=self._incidents.dropped_windows,
         )
+
+    def innermost_timer(self) -> Timer | None:
+        """Return the innermost timer running in the calling thread (None when none runs).
+
+        It serves an integration that nests its sections in whatever the code runs now.
+        """
+        outermost = self._engine.state().outermost
+        if not outermost:
+            return None
+        interval = outermost[-1]
+        while interval.children:
+            interval = interval.children[-1]
+        return interval.node
+
+    def flush(self) -> bool:
+        """Deliver what the outputs hold now: the windows closed so far and the ended spans.
+
+        Each file and exporter gets its own timeout (the exporters' `timeout`, else the
+        files'). Returns whether everything was delivered in time; never raises (a failure is
+        counted in `health()`). The training loop never needs it: `reset()` and exit deliver
+        on their own. It serves a step that must see the files complete, as before a process
+        stops itself or a test reads them.
+        """
+        if self._flush is None or self._engine.closed:
+            return True
+        try:
+            return self._flush()
+        except Exception:
+            self._incidents.failed("flush()")
+            return False
 
     def shutdown(self) -> None:
         """Close a last window, flush it and the spans, and release exporters; idempotent.
@@ -259,6 +337,11 @@ class Looptrace:
             engine = self._engine
             if engine.closed:
                 return
+            for close in self._outputs.on_close:
+                try:
+                    close()
+                except Exception:
+                    self._incidents.failed(f"shutdown of {close!r}")
             self._close_window(across_ranks=False, final=True)
             self._memory.release()
             for close in self._outputs.on_shutdown:

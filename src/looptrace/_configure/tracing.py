@@ -8,6 +8,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
 
+from looptrace._base.version import version
 from looptrace._configure.providers import tracer_provider_for
 from looptrace._core.ids import StepTraces
 from looptrace._distributed.ranks import RankInfo
@@ -17,7 +18,6 @@ from looptrace._export.outputs import Outputs
 from looptrace._export.processor import SCOPE, AggregatingSpanProcessor
 from looptrace._stats.aggregator import Aggregator
 from looptrace._stats.health import Incidents
-from looptrace._stats.version import version
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,11 @@ from dataclasses import dataclass
 
 from opentelemetry import metrics, trace
 
+from looptrace._base.errors import ConfigError
+from looptrace._configure.hang_watchdog import serve_open_gauges, start_watchdog
 from looptrace._configure.interpreter import check_interpreter
-from looptrace._configure.outputs import Sinks, open_sinks
 from looptrace._configure.providers import global_sdk_meter_provider, looptrace_resource
+from looptrace._configure.sinks import Sinks, open_sinks
 from looptrace._configure.tracing import Tracing, TracingSources, wire_tracing
 from looptrace._core.clock import Clock, MonotonicClock
 from looptrace._core.device import CudaEventClock, DeviceClock, SyncedClock
@@ -23,10 +25,11 @@ from looptrace._export.outputs import Outputs
 from looptrace._export.run_settings import RunSettings, resolve_run
 from looptrace._export.run_settings import scale as scale_of
 from looptrace._export.settings import ExportOptions, SlowLapFactor, diagnose_mode, histogram_kind
+from looptrace._export.settings import hang_after as hang_after_of
+from looptrace._export.settings import hang_factor as hang_factor_of
 from looptrace._export.settings import slow_lap_factor as slow_lap_factor_of
 from looptrace._looptrace import Looptrace
 from looptrace._stats.aggregator import Aggregator
-from looptrace._stats.errors import ConfigError
 from looptrace._stats.health import Incidents
 from looptrace._stats.memory import MemoryReader
 from looptrace._stats.rates import flops_setting
@@ -74,6 +77,8 @@ def configure(
     job_rank: int | None = None,
     peak_flops: float | None = None,
     flops_per_unit: Mapping[str, float] | None = None,
+    hang_after: float | None = None,
+    hang_factor: float | None = None,
 ) -> Looptrace:
     """Set up looptrace and return the handle that makes timers and resets windows.
 
@@ -137,8 +142,11 @@ def configure(
             decade) or `"exponential"` base-2 buckets at scale 7, within 1 %, for backends
             with native histograms; None (the default) reads `LOOPTRACE_HISTOGRAM`.
         roles: section names per role (`"data"`, `"wait"`, `"evaluation"`,
-            `"checkpoint"`), for the diagnosis; `iterate()`'s fetch is `"data"` already. A
-            name given no role has none: it is never guessed.
+            `"checkpoint"`), for the diagnosis; `iterate()`'s fetch is `"data"` already, and
+            sections named exactly `eval`, `evaluate`, `evaluation`, `val`, `validation`
+            are evaluation, `checkpoint`, `ckpt`, `save_checkpoint` checkpoint, unless that
+            role is given here (its names replace them; `[]`: none). Any other name given no
+            role has none: it is never guessed.
         wait_sections: names of sections where ranks wait for each other (DDP's all-reduce
             inside `"backward"`): the cross-rank straggler is the rank with the least time
             in them, the rank the others wait for.
@@ -169,6 +177,13 @@ def configure(
         flops_per_unit: FLOPs per unit counted, by unit name (`{"tokens": 6 * n_params}`),
             for every timer; `count(..., flops_per_unit=...)` overrides it per count. A
             unit with no known FLOPs gets no MFU.
+        hang_after: seconds an open step must last, at least, before the watchdog reports it
+            hung (the threshold's floor; 0 turns the watchdog off); None (the default) reads
+            `LOOPTRACE_HANG_AFTER`, else 60; with a `clock` passed (a fake clock does not move
+            with the watchdog's wake-ups) the watchdog runs only when this is passed. See the
+            docs' Reliability page.
+        hang_factor: a step is hung past this many times its timer's recent step time (and
+            `hang_after`); None (the default) reads `LOOPTRACE_HANG_FACTOR`, else 10.
 
     Each exporter argument falls back to its standard `OTEL_*` variable (see the docs'
     Configuration page, docs/configuration.md).
@@ -195,9 +210,15 @@ def configure(
     slow_factor = slow_lap_factor_of(slow_lap_factor)
     kind = histogram_kind(histogram)
     diagnose_to = diagnose_mode(diagnose)
+    hang = hang_after_of(hang_after), hang_factor_of(hang_factor)
     _check_max_paths(max_paths)
     if device_memory is not None and not isinstance(device_memory, bool):
         raise ConfigError(f"device_memory must be True, False or None, got {device_memory!r}")
+    if rank is not None and not isinstance(rank, RankInfo):
+        raise ConfigError(
+            f"rank must be a looptrace.RankInfo (RankInfo(rank=3, world_size=8)), or None to "
+            f"read it from the launcher's environment; got {type(rank).__name__} {rank!r}"
+        )
     rank = RankInfo.from_env() if rank is None else rank
     at_scale = scale_of(detail_ranks, job_rank, rank.world_size)
     incidents, outputs = Incidents(), Outputs()
@@ -261,6 +282,18 @@ def configure(
         outputs.on_reset.append(findings_log)
         outputs.on_shutdown.append(findings_log.close)
     lt.scale = at_scale
+    push = serve_open_gauges(lt, sinks)
+    start_watchdog(
+        lt,
+        sinks=sinks,
+        rank=rank,
+        incidents=incidents,
+        outputs=outputs,
+        after_s=hang[0] if clock is None or hang_after is not None else 0.0,
+        factor=hang[1],
+        real_clock=clock is None or isinstance(clock, MonotonicClock),
+        push=push,
+    )
     return lt
 
 
@@ -358,6 +391,7 @@ def _handle(
         outputs=outputs,
         processor=tracing.processor,
         memory=memory,
+        flush=sinks.flush if sinks.active else None,
     )
     if sinks.active:
         install_exit_flush(lt, sinks.flush, sinks.timeout_s, incidents)

@@ -18,10 +18,13 @@ from importlib.machinery import EXTENSION_SUFFIXES, ExtensionFileLoader, ModuleS
 from pathlib import Path
 from types import ModuleType
 
+from looptrace._core.compiled import C_HELPER, COMPILED
+
 PURE_VARIABLE = "LOOPTRACE_PURE_PYTHON"
-# The packages mypyc compiles (setup.py's COMPILED), and the C helper of the compiled core.
-_COMPILED_PACKAGES = ("looptrace._core.", "looptrace._stats.")
-_C_HELPER = "looptrace._core._threaddict"
+# The modules that may load as C extensions: those mypyc compiles, and the C helper.
+_EXTENSIONS = frozenset((*COMPILED, C_HELPER))
+# The compiled module whose file says which core runs.
+PROBE = "looptrace._core.engine"
 _HERE = Path(__file__).parent  # looptrace/_core/
 
 
@@ -47,12 +50,12 @@ class PureFinder(MetaPathFinder):
             ModuleNotFoundError: `fullname` is the C helper, which the pure core never loads.
 
         """
-        if not fullname.startswith(_COMPILED_PACKAGES):
+        if fullname not in _EXTENSIONS:
             return None
         spec = PathFinder.find_spec(fullname, path)
         if spec is None or not isinstance(spec.loader, ExtensionFileLoader) or not spec.origin:
             return None
-        if fullname == _C_HELPER:
+        if fullname == C_HELPER:
             raise ModuleNotFoundError(
                 f"{PURE_VARIABLE} is set: {fullname} not loaded", name=fullname
             )
@@ -73,14 +76,13 @@ def select_core() -> None:
 
 def core_kind() -> str:
     """Return `"compiled"` when the hot path runs as C extensions, else `"pure Python"`."""
-    from looptrace._core import engine  # noqa: PLC0415 - the module whose file tells
-
-    return "compiled" if _is_extension(engine.__file__) else "pure Python"
+    probe = importlib.import_module(PROBE)  # the module whose file tells
+    return "compiled" if _is_extension(probe.__file__) else "pure Python"
 
 
 def compiled_core_installed() -> bool:
     """Return whether the compiled core lies beside the running modules (loaded or not)."""
-    spec = PathFinder.find_spec("looptrace._core.engine", [str(_HERE)])
+    spec = PathFinder.find_spec(PROBE, [str(_HERE)])
     return spec is not None and _is_extension(spec.origin)
 
 

@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass
 from typing import Final
 
-from looptrace._stats.errors import ConfigError
+from looptrace._base.errors import ConfigError
 
 # The CPython releases the assumptions were checked on (their tests passed).
 CHECKED_ON: Final = ("3.10.13", "3.11.7", "3.12.1", "3.13.0")
@@ -70,6 +70,14 @@ ASSUMPTIONS: Final = (
         "`States` and the C helper: whether an asyncio event loop runs in the calling thread",
         "`asyncio.events._get_running_loop()` and `_set_running_loop()` exist; the first takes "
         "no argument and returns the thread's running loop or None.",
+    ),
+    Assumption(
+        "list-copy",
+        "`read_open` (`_core/open_sections.py`): `open_sections()`, the hang watchdog and the "
+        "open-step gauges read other threads' lists of running intervals with no lock",
+        "`list(items)` copies a list in one C call that runs no Python code and so never "
+        "lets another thread run: the copy is the list as it was at one moment, whatever the "
+        "owner thread (pure Python or compiled) does to it meanwhile.",
     ),
 )
 

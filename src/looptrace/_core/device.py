@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from opentelemetry import trace
 from opentelemetry.context import Context
 
+from looptrace._base.attributes import DEVICE, STEP
 from looptrace._core.spans import end_span
-from looptrace._stats.attributes import DEVICE, STEP
 
 if TYPE_CHECKING:
     from looptrace._core.clock import Clock, EpochAnchor

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from opentelemetry import trace
 from opentelemetry.context import Context
 
+from looptrace._base.attributes import STEP_OF
 from looptrace._core import ranges as _ranges
 from looptrace._core.clock import Clock, EpochAnchor
 from looptrace._core.device import DeviceClock, DeviceTiming
@@ -27,7 +28,6 @@ from looptrace._core.spans import LapSpans
 from looptrace._core.states import States
 from looptrace._core.windows import Windows
 from looptrace._stats.aggregator import Aggregator
-from looptrace._stats.attributes import STEP_OF
 from looptrace._stats.health import Incidents
 
 if TYPE_CHECKING:
@@ -345,7 +345,13 @@ class Engine:
         if len(children) != 1 or current.span is not None or current.device is not None:
             return False
         sibling = children[0]
-        if sibling.children or sibling.held or sibling.device is not None or child.device:
+        if (
+            sibling.children
+            or sibling.held
+            or sibling.span is not None  # (the traced section a never-lapped step is)
+            or sibling.device is not None
+            or child.device
+        ):
             return False
         ended = sibling.state
         if sibling.node is child:

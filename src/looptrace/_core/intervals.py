@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Final, cast
 from opentelemetry import trace
 from opentelemetry.context import Context
 
+from looptrace._base.attributes import THREAD_ID, THREAD_NAME
 from looptrace._core.threadkey import thread_key
 from looptrace._stats.aggregator import ENTRY_ITEMS, FOLD_AT, Adjustment
-from looptrace._stats.attributes import THREAD_ID, THREAD_NAME
 from looptrace._stats.tally import Tally
 
 if TYPE_CHECKING:

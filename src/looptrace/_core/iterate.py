@@ -30,8 +30,9 @@ class Laps(Generic[T]):
 
     The first lap's fetch also times `iter(iterable)`: a DataLoader starts its workers there
     (each epoch, without `persistent_workers`). An iterable with a `len()` ends with exactly
-    that many laps: after the last item `timer` stops, and the fetch that finds the end is not
-    timed. Without a length, or with a wrong one, that fetch begins one more lap, which ends
+    that many laps: the fetch that finds the end (where a DataLoader shuts its workers down)
+    is timed in the last lap, as one more fetch section, and then `timer` stops. Without a
+    length, or with a wrong one, that fetch begins one more lap, which ends
     at once. A fetch that raises ends its section with an error and the lap with it. When the
     loop leaves early (`break`, an exception in the body, a `zip` that ends first) the lap
     ends when this object is closed: when nothing refers to it any more, or by its `close()`.
@@ -84,11 +85,13 @@ class Laps(Generic[T]):
         if remaining == _UNREAD:
             remaining = self._remaining = _length(self._iterable)
         if remaining == 0:
-            if timer.running:
-                timer.stop()  # the last lap ends here; finding the end is not timed
-            item = next(self._items(), _END)
+            if timer.running:  # the end is found in the last lap, in its fetch section
+                with self._fetch:
+                    item = next(self._items(), _END)
+            else:
+                item = next(self._items(), _END)
             if item is not _END:
-                timer.record()  # more items than len() promised: a lap, its fetch untimed
+                timer.record()  # more items than len() promised: a lap, fetched in the last
                 self._remaining = None
             return item
         timer.record()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from looptrace._stats.errors import ConfigError
+from looptrace._base.errors import ConfigError
 
 DEFAULT_TRACE_FIRST: Final = 10
 DEFAULT_TRACE_EVERY: Final = 100

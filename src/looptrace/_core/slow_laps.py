@@ -29,11 +29,11 @@ from typing import TYPE_CHECKING, Final, cast
 from opentelemetry import trace
 from opentelemetry.context import Context
 
+from looptrace._base.attributes import SLOW_LAP, STEP, STEP_OF, THREAD_ID
 from looptrace._core.clock import EpochAnchor
 from looptrace._core.ids import StepTraces
 from looptrace._core.intervals import discard
 from looptrace._core.spans import end_span
-from looptrace._stats.attributes import SLOW_LAP, STEP, STEP_OF, THREAD_ID
 from looptrace._stats.health import Incidents
 
 if TYPE_CHECKING:
@@ -118,7 +118,9 @@ class Durations:
             self.next = (self.next + 1) % RING
         self.since += 1
         if self.since >= MEDIAN_EVERY or len(ring) == self.min_laps:
-            self.median = sorted(ring)[len(ring) // 2]
+            # The lower median, as the window's nearest-rank p50 that the diagnosis's
+            # `slow_steps` compares with: one definition of a slow step for both.
+            self.median = sorted(ring)[(len(ring) - 1) // 2]
             self.since = 0
             return True
         return False

@@ -9,10 +9,10 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Status, StatusCode
 
+from looptrace._base.attributes import PATH, STEP
 from looptrace._core.clock import EpochAnchor
 from looptrace._core.ids import StepTraces
 from looptrace._core.sampling import LapSampler
-from looptrace._stats.attributes import PATH, STEP
 from looptrace._stats.health import Incidents
 
 if TYPE_CHECKING:

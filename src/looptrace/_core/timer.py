@@ -7,6 +7,7 @@ from asyncio.events import _get_running_loop
 from collections.abc import Callable, Iterable, Iterator
 from typing import Final, ParamSpec, TypeVar
 
+from looptrace._base.errors import TimerError
 from looptrace._core.calls import ENTER, EXIT, RECORD, STOP, begin
 from looptrace._core.engine import Engine
 from looptrace._core.handoff import leave_elsewhere
@@ -15,7 +16,6 @@ from looptrace._core.iterate import Laps
 from looptrace._core.section import Section, new_section
 from looptrace._core.threadkey import now_plain
 from looptrace._stats.aggregator import OTHER_PATH
-from looptrace._stats.errors import TimerError
 from looptrace._stats.snapshot import Snapshot
 from looptrace._stats.tally import Tally
 
@@ -44,6 +44,7 @@ class Timer:
         "device",
         "mine",
         "name",
+        "overflow",
         "parent",
         "path",
     )
@@ -67,6 +68,7 @@ class Timer:
         self._children: dict[str, Timer] = {}
         self._section: Section | None = None
         self._overflow: Timer | None = None  # times every name past the path cap
+        self.overflow = False  # whether it is its parent's `other`, timing names past the cap
         self._units: dict[str, tuple[str, str]] = {}  # unit -> its key in a thread's counts
         self.mine: NodeState | None = None  # its state in the thread that used it last
 
@@ -85,7 +87,7 @@ class Timer:
             name = self._check_name(name)
             engine = self._engine
             path = f"{self.path}.{name}"
-            if self.path == OTHER_PATH or engine.aggregator.admit(path) == OTHER_PATH:
+            if self.overflow or engine.aggregator.admit(path) != path:
                 return self._overflowed(device)
             child = self._children.setdefault(
                 name, Timer(engine, name, self, device=bool(device), path=path)
@@ -97,11 +99,12 @@ class Timer:
         return child
 
     def _overflowed(self, device: bool | None) -> Timer:
-        """Return the one child that times every name past the path cap, as path `other`."""
+        """Return the one child that times every name past the path cap: `<path>.other`."""
         overflow = self._overflow
         if overflow is None:
-            overflow = Timer(self._engine, OTHER_PATH, self, device=bool(device))
-            overflow.path = OTHER_PATH
+            path = self._engine.aggregator.overflow_of(self.path)
+            overflow = Timer(self._engine, OTHER_PATH, self, device=bool(device), path=path)
+            overflow.overflow = True
             self._overflow = overflow
         return overflow
 

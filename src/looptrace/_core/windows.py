@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from looptrace._base.attributes import THREAD_NAME
 from looptrace._core.intervals import (
     CLAIM_TIMEOUT_S,
     Interval,
@@ -12,7 +13,6 @@ from looptrace._core.intervals import (
     slot_list,
 )
 from looptrace._core.slow_laps import SlowLaps
-from looptrace._stats.attributes import THREAD_NAME
 
 if TYPE_CHECKING:
     from looptrace._core.engine import Engine

@@ -10,20 +10,20 @@ timed different sections never wait on each other, and no rank receives another'
    one SUM of the values, the ranks holding each one and the ranks running each path, and
    one MAX of the negated ranks holding each highest value and each lowest value (the
    slowest and the fastest rank, the lowest on a tie); the same three collectives carry the
-   job's histogram of every path (`looptrace._distributed.job`) and a few values per rank
-   that name the window's straggler (`looptrace._distributed.straggler`), the ranks that
-   serve their full detail (`looptrace._distributed.detail`), the spread of the memory
-   figures (`looptrace._distributed.memory`) and, per (timer path, unit) counted, the job's
-   throughput (`looptrace._distributed.rates`);
+   job's histogram of every path (`looptrace._distributed.job_histograms`) and a few values
+   per rank that name the window's straggler (`looptrace._distributed.job_straggler`), the
+   ranks that serve their full detail (`looptrace._distributed.detail`), the spread of the
+   memory figures (`looptrace._distributed.job_memory`) and, per (timer path, unit)
+   counted, the job's throughput (`looptrace._distributed.job_rates`);
 3. for a path that some but not all ranks ran, the smaller side is named one rank per round
    while it has at most `LISTED` ranks, else by one bitmap of the world's ranks.
 
 The header also carries the number of windows the subtree closed on each rank, so that ranks
 whose reduces close different windows skip that reduce alike and realign
-(`looptrace._distributed.windows`); and a rank that fails between two collectives still runs
-the ones the others wait in, with values that make every rank drop the window
-(`looptrace._distributed.wire`), so a failed reduce leaves every rank able to run the
-next one.
+(`looptrace._distributed.window_alignment`); and a rank that fails between two collectives
+still runs the ones the others wait in, with values that make every rank drop the window
+(`looptrace._distributed.collective_replay`), so a failed reduce leaves every rank able to
+run the next one.
 
 Steps 1 and 2 move `816 + 704 x paths + 56 x units` bytes per rank in a window with no new
 path or unit (a (timer path, unit) pair counted, agreed in the table as paths are), whatever
@@ -38,8 +38,8 @@ import functools
 import logging
 import sys
 
-from looptrace._distributed.job import Scale
-from looptrace._distributed.windows import WINDOWS, Skipped
+from looptrace._distributed.job_histograms import Scale
+from looptrace._distributed.window_alignment import WINDOWS, Skipped
 from looptrace._stats.health import Incidents
 from looptrace._stats.snapshot import Snapshot
 

@@ -14,20 +14,21 @@ import torch
 import torch.distributed as dist
 
 from looptrace._distributed import detail as _detail
-from looptrace._distributed import job as _job
-from looptrace._distributed import memory as _memory
-from looptrace._distributed import rates as _rates
-from looptrace._distributed import straggler as _straggler
-from looptrace._distributed.job import Scale
+from looptrace._distributed import job_histograms as _job
+from looptrace._distributed import job_memory as _memory
+from looptrace._distributed import job_rates as _rates
+from looptrace._distributed import job_straggler as _straggler
+from looptrace._distributed.collective_replay import TRAFFIC
+from looptrace._distributed.collective_replay import Wire as _Wire
+from looptrace._distributed.job_histograms import Scale
 from looptrace._distributed.path_table import PathTable
-from looptrace._distributed.windows import WINDOW_BITS, WINDOWS, Misaligned, Skipped
-from looptrace._distributed.wire import TRAFFIC
-from looptrace._distributed.wire import Wire as _Wire
+from looptrace._distributed.window_alignment import WINDOW_BITS, WINDOWS, Misaligned, Skipped
 from looptrace._stats.job import JobView
 from looptrace._stats.snapshot import Snapshot
 from looptrace._stats.spread import SPREAD_STATS, RankSpread, RateSpread, SectionSpread
 
-__all__ = ["LISTED", "TRAFFIC", "reduce"]  # TRAFFIC: what the reductions moved (`wire`)
+# TRAFFIC: what the reductions moved (`collective_replay`)
+__all__ = ["LISTED", "TRAFFIC", "reduce"]
 
 # Absent (or present) ranks of a path found one per MIN round up to this many; a path with
 # more on both sides is settled by one bitmap of the world's ranks instead.
@@ -109,12 +110,12 @@ def _reduce(
     """Reduce this rank's statistics over the agreed table; every rank gets the same result.
 
     Each collective also carries a few values per rank (not per path) that name the window's
-    straggler (`looptrace._distributed.straggler`), choose the ranks that serve detail
+    straggler (`looptrace._distributed.job_straggler`), choose the ranks that serve detail
     (`looptrace._distributed.detail`) and spread the job's memory
-    (`looptrace._distributed.memory`), and per path the job's histogram
-    (`looptrace._distributed.job`); a window whose table is empty has none of them. Each
-    ends with the values of the units counted (`looptrace._distributed.rates`), per agreed
-    (path, unit).
+    (`looptrace._distributed.job_memory`), and per path the job's histogram
+    (`looptrace._distributed.job_histograms`); a window whose table is empty has none of
+    them. Each ends with the values of the units counted (`looptrace._distributed.job_rates`),
+    per agreed (path, unit).
     """
     rows = len(_TABLE)
     row_of = {path: _TABLE.index(path) for path in snapshot}

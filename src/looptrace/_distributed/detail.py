@@ -1,6 +1,6 @@
 """Which ranks serve their full per-section detail: the slowest of each window, no new collective.
 
-A rank's slowness is the straggler's figure (`looptrace._distributed.straggler`): its negated
+A rank's slowness is the straggler's figure (`looptrace._distributed.job_straggler`): its negated
 time in wait sections when some rank ran one, else its lap time outside them. Each rank adds
 (`looptrace._distributed.collectives`):
 

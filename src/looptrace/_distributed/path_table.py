@@ -10,11 +10,11 @@ next round resolves: the losing name is still new and claims a slot again.
 Beside the section paths the table holds the (timer path, unit) pairs the ranks counted
 (`Timer.count`): each is agreed as a path is (its name in the same slot vector and byte
 buffer, as a JSON pair where a path is a JSON string), and is a row of the throughput
-reduce (`looptrace._distributed.rates`) rather than of the section statistics.
+reduce (`looptrace._distributed.job_rates`) rather than of the section statistics.
 
 Each reduction starts with a header: the window number of every rank (see
-`looptrace._distributed.windows`) packed with the count and width of the new names, and a
-fingerprint of the table (MAX of it and of its negation): when
+`looptrace._distributed.window_alignment`) packed with the count and width of the new
+names, and a fingerprint of the table (MAX of it and of its negation): when
 the ranks disagree (a rank joined afresh, a collective failed half-way), every rank clears its
 table and the exchange starts again from nothing.
 
@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Sequence
 import torch
 import torch.distributed as dist
 
-from looptrace._distributed.windows import Misaligned, PeerFailed
+from looptrace._distributed.window_alignment import Misaligned, PeerFailed
 
 # An all_reduce that counts what it moves: (tensor, op) -> None, in place.
 AllReduce = Callable[[torch.Tensor, dist.ReduceOp.RedOpType], None]

@@ -21,7 +21,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from looptrace._stats.errors import ConfigError
+from looptrace._base.errors import ConfigError
 
 # The namespace the OpenTelemetry semantic conventions give for a UUIDv5 service.instance.id.
 _SERVICE_INSTANCE_NAMESPACE = uuid.UUID("4d63009a-8d0f-11ee-aad7-4c796ed8e320")

@@ -34,12 +34,12 @@ from opentelemetry.sdk.metrics.export import (
 )
 from opentelemetry.sdk.resources import Resource
 
+from looptrace._base.errors import ConfigError
 from looptrace._distributed.ranks import RankInfo
 from looptrace._export.coalesced import Coalesced
 from looptrace._export.cumulative import CumulativeHistograms, DeltaCursor
 from looptrace._export.exponential import HistogramKind
 from looptrace._export.outputs import Outputs
-from looptrace._stats.errors import ConfigError
 from looptrace._stats.health import Incidents
 from looptrace._stats.snapshot import Snapshot
 

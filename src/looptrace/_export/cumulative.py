@@ -1,45 +1,45 @@
 """Running totals of every window since `configure()`: the numbers all metric exporters see.
 
-Snapshots are windows (each `reset()` starts from zero); exporters want cumulative series, so
-Prometheus counters only ever grow and a lost OTLP push loses nothing (the next carries the
-totals). Beside the totals each path keeps the p50/p90/p99 of the latest window it ran in
-(its snapshot's: exact up to 1,023 intervals, within 1 % beyond), and per bucket the latest
-traced span that fell in it (an exemplar). The OTLP push, the Prometheus endpoint and an
-application's metric readers all read this one object; a reader that prefers delta
-temporality gets a `DeltaCursor` of its own.
+`CumulativeHistograms` adds each window up (`totals`) off the training thread, so Prometheus
+counters only ever grow and a lost OTLP push loses nothing (the next carries the totals), and
+renders the totals as OpenTelemetry metrics data (`metric_data`'s shapes). The OTLP push, the
+Prometheus endpoint and an application's metric readers all read this one object; a reader
+that prefers delta temporality gets a `DeltaCursor` of its own.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import threading
 import weakref
-from dataclasses import dataclass, field
+from collections.abc import Callable
 
-from opentelemetry.sdk.metrics import Exemplar
 from opentelemetry.sdk.metrics.export import (
     AggregationTemporality,
     Buckets,
     ExponentialHistogram,
     ExponentialHistogramDataPoint,
-    Gauge,
-    Histogram,
-    HistogramDataPoint,
     Metric,
     MetricsData,
-    NumberDataPoint,
     ResourceMetrics,
     ScopeMetrics,
-    Sum,
 )
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
+from looptrace._base.version import version
 from looptrace._export.coalesced import Coalesced
-from looptrace._export.exemplars import ExemplarProcessor, TraceExemplar
-from looptrace._export.exponential import SCALE, HistogramKind, add_counts, dense, window_counts
+from looptrace._export.exemplars import ExemplarProcessor
+from looptrace._export.exponential import SCALE, HistogramKind, dense, window_counts
 from looptrace._export.job_metrics import job_metrics, memory_metrics, rank_metrics
+from looptrace._export.metric_data import (
+    Attributes,
+    Points,
+    counter,
+    gauge,
+    histogram,
+    otlp_exemplars,
+)
 from looptrace._export.metrics import (
     DROPPED_DESCRIPTION,
     DROPPED_METRIC,
@@ -60,155 +60,14 @@ from looptrace._export.metrics import (
     item_attributes,
     section_attributes,
 )
+from looptrace._export.system_metrics import system_metrics
+from looptrace._export.totals import Series, Totals
 from looptrace._export.window_queue import WindowQueue
-from looptrace._stats.buckets import BOUNDARIES_S
 from looptrace._stats.health import Incidents
-from looptrace._stats.job import JobHistogram
-from looptrace._stats.snapshot import SectionStats, Snapshot
-from looptrace._stats.spread import RateSpread
-from looptrace._stats.straggler import RankFigures, Straggler
-from looptrace._stats.version import version
+from looptrace._stats.snapshot import Snapshot
 
 CUMULATIVE = AggregationTemporality.CUMULATIVE
 DELTA = AggregationTemporality.DELTA
-
-
-@dataclass(slots=True)
-class Series:
-    """Histogram of one section path over the windows added to it."""
-
-    buckets: list[int] = field(default_factory=lambda: [0] * (len(BOUNDARIES_S) + 1))
-    count: int = 0
-    sum: float = 0.0
-    min: float = math.inf
-    max: float = -math.inf
-    quantiles: tuple[float, ...] = ()  # p50, p90, p99 of the latest window with the path
-    exemplars: dict[int, TraceExemplar] = field(default_factory=dict)  # by bucket index
-    exponential: dict[int, int] = field(default_factory=dict)  # count per exponential bucket
-
-    def add(self, stats: SectionStats) -> None:
-        """Add one window's statistics of the path."""
-        for index, count in enumerate(stats.buckets):
-            self.buckets[index] += count
-        self.count += stats.count
-        self.sum += stats.total
-        self.min = min(self.min, stats.min)
-        self.max = max(self.max, stats.max)
-        if stats.count:
-            self.quantiles = tuple(getattr(stats, name) for _, name in QUANTILES)
-
-    def add_job(self, job: JobHistogram) -> None:
-        """Add one cross-rank window's histogram of the path over the job."""
-        for index, count in enumerate(job.buckets):
-            self.buckets[index] += count
-        self.count += job.count
-        self.sum += job.sum
-        self.min = min(self.min, job.min)
-        self.max = max(self.max, job.max)
-        if job.count:
-            self.quantiles = job.quantiles
-
-    def copy(self) -> Series:
-        """Return an independent copy."""
-        return Series(
-            list(self.buckets),
-            self.count,
-            self.sum,
-            self.min,
-            self.max,
-            self.quantiles,
-            dict(self.exemplars),
-            dict(self.exponential),
-        )
-
-
-@dataclass(slots=True)
-class Totals:
-    """Series per path over the windows from `start_ns` to `time_ns`.
-
-    `items` holds the units counted per (path, unit) over the windows, `rates` their units
-    per second in the latest window that counted them. `outside_wait_s` adds up this rank's
-    lap time outside wait sections. On the rank that serves the job's series, `job` holds
-    the job's series per path over the cross-rank windows and `straggler` the latest one's,
-    and `job_rates` per (path, unit) its spread over the ranks in the latest cross-rank
-    window that counted it.
-    """
-
-    start_ns: int | None = None
-    time_ns: int = 0
-    series: dict[str, Series] = field(default_factory=dict)
-    items: dict[tuple[str, str], float] = field(default_factory=dict)
-    rates: dict[tuple[str, str], float] = field(default_factory=dict)
-    outside_wait_s: float = 0.0
-    job: dict[str, Series] = field(default_factory=dict)
-    straggler: Straggler | None = None
-    memory: dict[str, float] = field(default_factory=dict)  # the latest window's, in bytes
-    job_rates: dict[tuple[str, str], RateSpread] = field(default_factory=dict)
-
-    def copy(self) -> Totals:
-        """Return an independent copy."""
-        return Totals(
-            self.start_ns,
-            self.time_ns,
-            {path: s.copy() for path, s in self.series.items()},
-            dict(self.items),
-            dict(self.rates),
-            self.outside_wait_s,
-            {path: s.copy() for path, s in self.job.items()},
-            self.straggler,
-            dict(self.memory),
-            dict(self.job_rates),
-        )
-
-    def add(
-        self,
-        snapshot: Snapshot,
-        exemplars: dict[str, dict[int, TraceExemplar]],
-        exponential: dict[str, dict[int, int]],
-    ) -> None:
-        """Add one window, the exemplars of the spans that ended in it, its exponential counts."""
-        if self.start_ns is None:
-            self.start_ns = snapshot.start_ns
-        self.time_ns = max(self.time_ns, snapshot.end_ns)
-        for path, stats in snapshot.items():
-            series = self.series.get(path)
-            if series is None:
-                series = self.series[path] = Series()
-            series.add(stats)
-            counts = exponential.get(path)
-            if counts:
-                add_counts(series.exponential, counts)
-        for path, buckets in exemplars.items():
-            series = self.series.get(path)
-            if series is not None:
-                series.exemplars.update((i, e) for i, e in buckets.items() if series.buckets[i])
-        for path, units in snapshot.rates.items():
-            for unit, rate in units.items():
-                key = (path, unit)
-                self.items[key] = self.items.get(key, 0.0) + rate.total
-                if not math.isnan(rate.per_s):
-                    self.rates[key] = rate.per_s
-        self._add_rank(snapshot)
-
-    def _add_rank(self, snapshot: Snapshot) -> None:
-        """Add a window's figures of this rank (its lap time, its memory) and of the job."""
-        self.outside_wait_s += RankFigures.of(snapshot, snapshot.roles).outside_s
-        if snapshot.memory is not None:
-            self.memory = {
-                name.removesuffix("_bytes"): value
-                for name, value in snapshot.memory.metrics().items()
-                if name.endswith("_bytes")
-            }
-        job = snapshot.job
-        if job is not None and job.serves_job:
-            for path, histogram in job.histograms.items():
-                series = self.job.get(path)
-                if series is None:
-                    series = self.job[path] = Series()
-                series.add_job(histogram)
-            self.straggler = snapshot.straggler
-            for path, units in (snapshot.rates_across_ranks or {}).items():
-                self.job_rates.update(((path, unit), s) for unit, s in units.items())
 
 
 class DeltaCursor:
@@ -262,6 +121,8 @@ class CumulativeHistograms:
         # Whether this rank serves its full per-section detail: as the latest cross-rank
         # window decided (`JobView.detail`), every rank until one did.
         self.detail = True
+        # The open steps' and sections' ages, read at each collection (`open_ages`; None: none).
+        self.open_gauges: Callable[[], list[Metric]] | None = None
         self._totals = Totals()
         self._cursors: list[DeltaCursor] = []
         self._queue = WindowQueue(incidents, "the metric totals")
@@ -395,6 +256,7 @@ class CumulativeHistograms:
             *self._counted(totals, start, temporality, detail=detail),
             *rank_metrics(totals, self.attributes, start, temporality),
             *job_metrics(totals, self.attributes, start, temporality),
+            *(self.open_gauges() if self.open_gauges is not None else ()),
         ]
         if not detail:  # the spans an exporter dropped still show, once there are any
             dropped_metrics = (
@@ -402,7 +264,10 @@ class CumulativeHistograms:
             )
             return [*dropped_metrics, *rank_level]
         dropped_metric = self._dropped(totals, start, dropped, temporality)
-        memory = memory_metrics(totals, self.attributes, start)
+        memory = [
+            *memory_metrics(totals, self.attributes, start),
+            *system_metrics(totals, self.attributes, start),
+        ]
         return [*self._detail(totals, start, temporality), dropped_metric, *memory, *rank_level]
 
     def _detail(
@@ -411,112 +276,71 @@ class CumulativeHistograms:
         """Return the duration histogram and window quantiles of every path."""
         now = totals.time_ns
         series = sorted(totals.series.items())
-        duration = Metric(
-            name=DURATION_METRIC,
-            description=DURATION_DESCRIPTION,
-            unit=SECONDS,
-            data=self._exponential(series, start, now, temporality)
-            if self.histogram == "exponential"
-            else Histogram(
-                data_points=[
-                    HistogramDataPoint(
-                        attributes=self.labels(path),
-                        start_time_unix_nano=start,
-                        time_unix_nano=now,
-                        count=s.count,
-                        sum=s.sum,
-                        bucket_counts=s.buckets,
-                        explicit_bounds=BOUNDARIES_S,
-                        min=s.min,
-                        max=s.max,
-                        exemplars=[_otlp_exemplar(e) for _, e in sorted(s.exemplars.items())],
-                    )
-                    for path, s in series
-                ],
-                aggregation_temporality=temporality,
-            ),
-        )
-        window = Metric(
-            name=WINDOW_METRIC,
-            description=WINDOW_DESCRIPTION,
-            unit=SECONDS,
-            data=Gauge(
-                data_points=[
-                    NumberDataPoint(
-                        attributes={**self.labels(path), QUANTILE: q},
-                        start_time_unix_nano=start,
-                        time_unix_nano=now,
-                        value=value,
-                    )
-                    for path, s in series
-                    for (q, _), value in zip(QUANTILES, s.quantiles, strict=False)
-                ]
-            ),
-        )
+        if self.histogram == "exponential":
+            duration = Metric(
+                name=DURATION_METRIC,
+                description=DURATION_DESCRIPTION,
+                unit=SECONDS,
+                data=self._exponential(series, start, now, temporality),
+            )
+        else:
+            labelled = [(self.labels(path), s) for path, s in series]
+            duration = histogram(
+                DURATION_METRIC,
+                DURATION_DESCRIPTION,
+                SECONDS,
+                labelled,
+                start=start,
+                now=now,
+                temporality=temporality,
+            )
+        quantiles = [
+            ({**self.labels(path), QUANTILE: q}, value)
+            for path, s in series
+            for (q, _), value in zip(QUANTILES, s.quantiles, strict=False)
+        ]
+        window = gauge(WINDOW_METRIC, WINDOW_DESCRIPTION, SECONDS, quantiles, start=start, now=now)
         return [duration, window]
 
     def _dropped(
         self, totals: Totals, start: int, dropped: int, temporality: AggregationTemporality
     ) -> Metric:
         """Return the counter of spans the exporters could not deliver."""
-        return Metric(
-            name=DROPPED_METRIC,
-            description=DROPPED_DESCRIPTION,
-            unit=SPANS,
-            data=Sum(
-                data_points=[
-                    NumberDataPoint(
-                        attributes=dict(self.attributes),
-                        start_time_unix_nano=start,
-                        time_unix_nano=totals.time_ns,
-                        value=dropped,
-                    )
-                ],
-                aggregation_temporality=temporality,
-                is_monotonic=True,
-            ),
+        base: Attributes = dict(self.attributes)
+        points: Points = [(base, dropped)]
+        return counter(
+            DROPPED_METRIC,
+            DROPPED_DESCRIPTION,
+            SPANS,
+            points,
+            start=start,
+            now=totals.time_ns,
+            temporality=temporality,
         )
 
     def _counted(
         self, totals: Totals, start: int, temporality: AggregationTemporality, *, detail: bool
     ) -> list[Metric]:
         """Return the units counted and (with detail) their latest rates, where any were."""
-        now = totals.time_ns
+        when = {"start": start, "now": totals.time_ns}
         found: list[Metric] = []
         if totals.items:
+            items = [
+                (item_attributes(path, unit, self.attributes), value)
+                for (path, unit), value in sorted(totals.items.items())
+            ]
             found.append(
-                Metric(
-                    name=ITEMS_METRIC,
-                    description=ITEMS_DESCRIPTION,
-                    unit=ITEMS,
-                    data=Sum(
-                        data_points=[
-                            NumberDataPoint(
-                                attributes=item_attributes(path, unit, self.attributes),
-                                start_time_unix_nano=start,
-                                time_unix_nano=now,
-                                value=value,
-                            )
-                            for (path, unit), value in sorted(totals.items.items())
-                        ],
-                        aggregation_temporality=temporality,
-                        is_monotonic=True,
-                    ),
+                counter(
+                    ITEMS_METRIC, ITEMS_DESCRIPTION, ITEMS, items, **when, temporality=temporality
                 )
             )
         if totals.rates and detail:
+            rates = [
+                (item_attributes(path, unit, self.attributes), value)
+                for (path, unit), value in sorted(totals.rates.items())
+            ]
             found.append(
-                _gauge(
-                    ITEMS_RATE_METRIC,
-                    ITEMS_RATE_DESCRIPTION,
-                    ITEMS_RATE,
-                    [
-                        (item_attributes(path, unit, self.attributes), value)
-                        for (path, unit), value in sorted(totals.rates.items())
-                    ],
-                    start=start,
-                    now=now,
-                )
+                gauge(ITEMS_RATE_METRIC, ITEMS_RATE_DESCRIPTION, ITEMS_RATE, rates, **when)
             )
         return found
 
@@ -545,45 +369,7 @@ class CumulativeHistograms:
                     flags=0,
                     min=s.min,
                     max=s.max,
-                    exemplars=[_otlp_exemplar(e) for _, e in sorted(s.exemplars.items())],
+                    exemplars=otlp_exemplars(s),
                 )
             )
         return ExponentialHistogram(data_points=points, aggregation_temporality=temporality)
-
-
-def _gauge(
-    name: str,
-    description: str,
-    unit: str,
-    points: list[tuple[dict[str, str | int], float]],
-    *,
-    start: int,
-    now: int,
-) -> Metric:
-    """Return a gauge of `points` (attributes, value)."""
-    return Metric(
-        name=name,
-        description=description,
-        unit=unit,
-        data=Gauge(
-            data_points=[
-                NumberDataPoint(
-                    attributes=attributes,
-                    start_time_unix_nano=start,
-                    time_unix_nano=now,
-                    value=value,
-                )
-                for attributes, value in points
-            ]
-        ),
-    )
-
-
-def _otlp_exemplar(exemplar: TraceExemplar) -> Exemplar:
-    return Exemplar(
-        filtered_attributes={},
-        value=exemplar.value,
-        time_unix_nano=exemplar.time_ns,
-        span_id=exemplar.span_id,
-        trace_id=exemplar.trace_id,
-    )

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
-from looptrace._stats.attributes import PATH
+from looptrace._base.attributes import PATH
 from looptrace._stats.buckets import BOUNDARIES_NS
 from looptrace._stats.health import Incidents
 

@@ -18,6 +18,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
 
+from looptrace._base.errors import ConfigError
 from looptrace._distributed.ranks import RankInfo
 from looptrace._export import sdk_logs
 from looptrace._export.cumulative import CumulativeHistograms
@@ -25,7 +26,6 @@ from looptrace._export.exemplars import ExemplarProcessor
 from looptrace._export.outputs import Outputs
 from looptrace._export.settings import ExportOptions, ExportSettings, resolve
 from looptrace._export.span_export import CountingSpanExporter, ExportingSpanProcessor, bounded
-from looptrace._stats.errors import ConfigError
 from looptrace._stats.health import Incidents
 from looptrace._stats.snapshot import Snapshot
 

@@ -14,13 +14,14 @@ from pathlib import Path
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from looptrace._base.errors import ConfigError
 from looptrace._distributed.ranks import RankInfo
 from looptrace._export.encodable import encodable_spans
+from looptrace._export.extras import needs_files_extra
 from looptrace._export.line_file import FLUSH_TIMEOUT_S, LineFile, loss_line
 from looptrace._export.outputs import Outputs
 from looptrace._export.snapshot_file import SnapshotFileWriter
 from looptrace._export.span_file import SpanFileProcessor
-from looptrace._stats.errors import ConfigError
 from looptrace._stats.health import Incidents
 
 __all__ = [
@@ -72,12 +73,8 @@ class OtlpJsonFileExporter(SpanExporter):
     """
 
     def __init__(self, path: Path, incidents: Incidents | None = None) -> None:
-        try:
+        with needs_files_extra(ConfigError, "trace_file"):
             from looptrace._export.otlp_json import encode_line  # noqa: PLC0415 - needs the extra
-        except ImportError:
-            raise ConfigError(
-                "trace_file needs the OTLP encoder: pip install 'looptrace[files]'"
-            ) from None
         self._encode = encode_line
         self._file = LineFile(path, "trace_file")
         self._incidents = incidents or Incidents()
@@ -96,8 +93,8 @@ class OtlpJsonFileExporter(SpanExporter):
             return SpanExportResult.FAILURE
         try:
             self._file.write(loss_line("spans", self._unrecorded) + line)
-        except OSError as error:
-            self._incidents.write_failed(
+        except OSError as error:  # the spans are counted in dropped_spans, not as an error
+            self._incidents.said_once(
                 f"trace file {self.path}",
                 f"cannot write spans to {self.path}: {error.strerror}; lost spans are counted "
                 "in lt.health().dropped_spans and recorded in the file when it can be "

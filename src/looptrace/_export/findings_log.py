@@ -13,10 +13,10 @@ import logging
 import os
 import weakref
 
+from looptrace._diagnosis.finding import Finding
 from looptrace._export.coalesced import Coalesced
 from looptrace._export.line_file import FLUSH_TIMEOUT_S
 from looptrace._export.window_queue import WindowQueue
-from looptrace._stats.finding import Finding
 from looptrace._stats.health import Incidents
 from looptrace._stats.snapshot import Snapshot
 

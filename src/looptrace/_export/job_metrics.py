@@ -13,17 +13,10 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from opentelemetry.sdk.metrics.export import (
-    AggregationTemporality,
-    Gauge,
-    Histogram,
-    HistogramDataPoint,
-    Metric,
-    NumberDataPoint,
-    Sum,
-)
+from opentelemetry.sdk.metrics.export import AggregationTemporality, Metric
 
 from looptrace._distributed.ranks import RANK
+from looptrace._export.metric_data import Points, counter, gauge, histogram
 from looptrace._export.metrics import (
     BYTES,
     CHRONIC_RANK_DESCRIPTION,
@@ -63,13 +56,10 @@ from looptrace._export.metrics import (
     job_item_attributes,
     section_attributes,
 )
-from looptrace._stats.buckets import BOUNDARIES_S
 from looptrace._stats.straggler import lap_paths
 
 if TYPE_CHECKING:
-    from looptrace._export.cumulative import Totals
-
-Points = list[tuple[dict[str, str | int], float]]
+    from looptrace._export.totals import Totals
 
 
 def step_paths(totals: Totals) -> list[str]:
@@ -101,9 +91,9 @@ def rank_metrics(
         return []
     when, kind = {"start": start, "now": totals.time_ns}, temporality
     return [
-        _sum(RANK_STEPS_METRIC, RANK_STEPS_DESCRIPTION, STEPS, steps, **when, temporality=kind),
-        _gauge(RANK_STEP_METRIC, RANK_STEP_DESCRIPTION, SECONDS, quantiles, **when),
-        _sum(
+        counter(RANK_STEPS_METRIC, RANK_STEPS_DESCRIPTION, STEPS, steps, **when, temporality=kind),
+        gauge(RANK_STEP_METRIC, RANK_STEP_DESCRIPTION, SECONDS, quantiles, **when),
+        counter(
             RANK_OUTSIDE_WAIT_METRIC,
             RANK_OUTSIDE_WAIT_DESCRIPTION,
             SECONDS,
@@ -156,7 +146,7 @@ def memory_metrics(totals: Totals, base: dict[str, int], start: int) -> list[Met
     if not points:
         return []
     return [
-        _gauge(MEMORY_METRIC, MEMORY_DESCRIPTION, BYTES, points, start=start, now=totals.time_ns)
+        gauge(MEMORY_METRIC, MEMORY_DESCRIPTION, BYTES, points, start=start, now=totals.time_ns)
     ]
 
 
@@ -168,28 +158,14 @@ def job_metrics(
         return []
     now = totals.time_ns
     series = sorted(totals.job.items())
-    duration = Metric(
-        name=JOB_DURATION_METRIC,
-        description=JOB_DURATION_DESCRIPTION,
-        unit=SECONDS,
-        data=Histogram(
-            data_points=[
-                HistogramDataPoint(
-                    attributes=job_attributes(path, base),
-                    start_time_unix_nano=start,
-                    time_unix_nano=now,
-                    count=s.count,
-                    sum=s.sum,
-                    bucket_counts=s.buckets,
-                    explicit_bounds=BOUNDARIES_S,
-                    min=s.min,
-                    max=s.max,
-                    exemplars=[],
-                )
-                for path, s in series
-            ],
-            aggregation_temporality=temporality,
-        ),
+    duration = histogram(
+        JOB_DURATION_METRIC,
+        JOB_DURATION_DESCRIPTION,
+        SECONDS,
+        [(job_attributes(path, base), s) for path, s in series],
+        start=start,
+        now=now,
+        temporality=temporality,
     )
     quantiles: Points = [
         ({**job_attributes(path, base), QUANTILE: q}, value)
@@ -199,7 +175,7 @@ def job_metrics(
     ]
     found = [
         duration,
-        _gauge(JOB_WINDOW_METRIC, JOB_WINDOW_DESCRIPTION, SECONDS, quantiles, start=start, now=now),
+        gauge(JOB_WINDOW_METRIC, JOB_WINDOW_DESCRIPTION, SECONDS, quantiles, start=start, now=now),
     ]
     rank, excess, chronic = straggler_points(totals, base)
     rate, extremes, slowest = job_rate_points(totals, base)
@@ -212,47 +188,5 @@ def job_metrics(
         (JOB_SLOWEST_RANK_METRIC, JOB_SLOWEST_RANK_DESCRIPTION, RANKS, slowest),
     ):
         if points:
-            found.append(_gauge(name, description, unit, points, start=start, now=now))
+            found.append(gauge(name, description, unit, points, start=start, now=now))
     return found
-
-
-def _gauge(
-    name: str, description: str, unit: str, points: Points, *, start: int, now: int
-) -> Metric:
-    return Metric(
-        name=name,
-        description=description,
-        unit=unit,
-        data=Gauge(data_points=_points(points, start, now)),
-    )
-
-
-def _sum(
-    name: str,
-    description: str,
-    unit: str,
-    points: Points,
-    *,
-    start: int,
-    now: int,
-    temporality: AggregationTemporality,
-) -> Metric:
-    return Metric(
-        name=name,
-        description=description,
-        unit=unit,
-        data=Sum(
-            data_points=_points(points, start, now),
-            aggregation_temporality=temporality,
-            is_monotonic=True,
-        ),
-    )
-
-
-def _points(points: Points, start: int, now: int) -> list[NumberDataPoint]:
-    return [
-        NumberDataPoint(
-            attributes=attributes, start_time_unix_nano=start, time_unix_nano=now, value=value
-        )
-        for attributes, value in points
-    ]

@@ -24,8 +24,8 @@ import weakref
 from pathlib import Path
 from typing import Final
 
+from looptrace._base.errors import ConfigError
 from looptrace._export.records import LOSS_KIND
-from looptrace._stats.errors import ConfigError
 
 FLUSH_TIMEOUT_S = 10.0  # a local or shared filesystem; a stalled one must not hang exit
 PRIVATE_MODE: Final = 0o600  # of the files looptrace creates, before the umask

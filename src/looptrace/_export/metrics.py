@@ -6,9 +6,9 @@ renders these same definitions, so a name or a label is written here once.
 
 from __future__ import annotations
 
+from looptrace._base.attributes import PATH, SPAN_NAME
 from looptrace._distributed.ranks import RANK
 from looptrace._export.encodable import encodable
-from looptrace._stats.attributes import PATH, SPAN_NAME
 
 DURATION_METRIC = "looptrace.section.duration"
 DURATION_DESCRIPTION = "Duration of timed sections of the training or inference loop."

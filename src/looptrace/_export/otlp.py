@@ -43,6 +43,16 @@ def metric_exporter(settings: OtlpSettings) -> MetricExporter:
     return HttpMetricExporter(**_http_options(settings))
 
 
+# gRPC waits longer and longer between reconnections to a collector that is down (up to 120 s
+# by default): after a long outage, every span made in the first minutes after the collector
+# is back would be lost. Capped, a collector that restarts is reached again within 2 s.
+RECONNECT_OPTIONS = (
+    ("grpc.initial_reconnect_backoff_ms", 250),
+    ("grpc.min_reconnect_backoff_ms", 250),
+    ("grpc.max_reconnect_backoff_ms", 2000),
+)
+
+
 def _grpc_options(settings: OtlpSettings) -> dict[str, Any]:
     credentials = None
     if not settings.insecure:
@@ -59,6 +69,7 @@ def _grpc_options(settings: OtlpSettings) -> dict[str, Any]:
         "headers": dict(settings.headers),
         "timeout": settings.timeout_s,
         "compression": compression,
+        "channel_options": RECONNECT_OPTIONS,
     }
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 from urllib.parse import SplitResult, unquote, urlsplit
 
+from looptrace._base.errors import ConfigError
 from looptrace._export.settings_table import (
     DEFAULT_ENDPOINTS,
     env_value,
@@ -23,7 +24,6 @@ from looptrace._export.settings_table import (
     signal_variable,
     str_value,
 )
-from looptrace._stats.errors import ConfigError
 
 if TYPE_CHECKING:
     from looptrace._export.settings import ExportOptions

@@ -8,8 +8,8 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import StatusCode
 
+from looptrace._base.attributes import PATH
 from looptrace._stats.aggregator import ENTRY_ITEMS, FOLD_AT, Adjustment, Aggregator
-from looptrace._stats.attributes import PATH
 from looptrace._stats.health import Incidents
 
 SCOPE = "looptrace"

@@ -22,6 +22,9 @@ that asks for OpenMetrics (Prometheus does) also gets the buckets' exemplars.
                                                ``looptrace_memory``: ``host_rss``,
                                                ``host_peak_rss``, ``device_peak_allocated``,
                                                ``device_peak_reserved`` (where measured)
+``looptrace_system_window``                    gauge of the latest window's system figures,
+                                               label ``looptrace_system``:
+                                               ``host_cpu_percent.max`` ... (a sampler runs)
 ``looptrace_rank_steps_total``                 counter: laps of each outermost timer (steps)
 ``looptrace_rank_step_window_duration_seconds``  gauge: the step's p50 and p99 (``quantile``) of
                                                the latest window
@@ -54,6 +57,7 @@ import logging
 import socket
 import threading
 from collections.abc import Iterator
+from errno import EADDRINUSE
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, start_http_server
@@ -67,7 +71,8 @@ from prometheus_client.registry import Collector
 from prometheus_client.samples import Exemplar
 from prometheus_client.utils import floatToGoString
 
-from looptrace._export.cumulative import CumulativeHistograms, Totals
+from looptrace._base.errors import ConfigError
+from looptrace._export.cumulative import CumulativeHistograms
 from looptrace._export.metrics import (
     DROPPED_DESCRIPTION,
     DURATION_DESCRIPTION,
@@ -78,10 +83,15 @@ from looptrace._export.metrics import (
     WINDOW_DESCRIPTION,
     item_attributes,
 )
-from looptrace._export.prometheus_scale import job_families, memory_families, rank_families
+from looptrace._export.prometheus_scale import (
+    job_families,
+    memory_families,
+    rank_families,
+    system_families,
+)
 from looptrace._export.settings import PrometheusSettings
+from looptrace._export.totals import Totals
 from looptrace._stats.buckets import BOUNDARIES_S
-from looptrace._stats.errors import ConfigError
 
 _log = logging.getLogger("looptrace")
 
@@ -117,6 +127,7 @@ class SnapshotCollector(Collector):
         if detail:
             yield from self._detail(totals)
             yield from memory_families(totals, histograms.attributes, label)
+            yield from system_families(totals, histograms.attributes, label)
         dropped_spans = histograms.dropped_spans()
         if detail or dropped_spans:
             dropped = CounterMetricFamily(DROPPED_FAMILY, DROPPED_DESCRIPTION, labels=list(rank))
@@ -171,18 +182,30 @@ def _counted(totals: Totals, base: dict[str, int], *, detail: bool) -> Iterator[
             yield rates
 
 
+def _in_use(settings: PrometheusSettings) -> str:
+    """Return the likely cause of a port in use, and the settings that change the port."""
+    return (
+        f"; another process listens there, most likely another looptrace process with the "
+        f"same local rank (this one is local rank {settings.local_rank}, and each process "
+        "listens on the port plus its local rank): give each process of a node its own "
+        "LOCAL_RANK, or choose the port with configure(prometheus=PORT) or "
+        "OTEL_EXPORTER_PROMETHEUS_PORT (prometheus=0: any free port)"
+    )
+
+
 class PrometheusEndpoint:
     """An HTTP server on its own daemon thread answering Prometheus scrapes."""
 
     def __init__(self, settings: PrometheusSettings, histograms: CumulativeHistograms) -> None:
         registry = CollectorRegistry(auto_describe=False)
         registry.register(SnapshotCollector(histograms))
+        self.registry = registry  # (the open sections' gauges join it once the engine exists)
         try:
             server, thread = start_http_server(settings.port, addr=settings.host, registry=registry)
         except OSError as error:
             raise ConfigError(
                 f"{settings.source}: cannot listen on {settings.host}:{settings.port}: "
-                f"{error.strerror or error}"
+                f"{error.strerror or error}{_in_use(settings) if error.errno == EADDRINUSE else ''}"
             ) from None
         self._server: WSGIServer = server
         self._thread: threading.Thread = thread

@@ -16,14 +16,13 @@ from prometheus_client.core import (
 )
 from prometheus_client.utils import floatToGoString
 
-from looptrace._export.cumulative import Series, Totals
 from looptrace._export.job_metrics import (
-    Points,
     job_rate_points,
     memory_points,
     rank_figures,
     straggler_points,
 )
+from looptrace._export.metric_data import Points
 from looptrace._export.metrics import (
     CHRONIC_RANK_DESCRIPTION,
     JOB_DURATION_DESCRIPTION,
@@ -41,6 +40,8 @@ from looptrace._export.metrics import (
     STRAGGLER_RANK_DESCRIPTION,
     job_attributes,
 )
+from looptrace._export.system_metrics import SYSTEM_DESCRIPTION, SYSTEM_FAMILY, system_points
+from looptrace._export.totals import Series, Totals
 from looptrace._stats.buckets import BOUNDARIES_S
 
 RANK_STEPS_FAMILY = "looptrace_rank_steps"
@@ -79,6 +80,13 @@ def memory_families(totals: Totals, base: dict[str, int], label: Label) -> Itera
     points = memory_points(totals, base)
     if points:
         yield _family(GaugeMetricFamily, MEMORY_FAMILY, MEMORY_DESCRIPTION, points, label)
+
+
+def system_families(totals: Totals, base: dict[str, int], label: Label) -> Iterator[Metric]:
+    """Yield this rank's system figures of the latest window that had any (its detail)."""
+    points = system_points(totals, base)
+    if points:
+        yield _family(GaugeMetricFamily, SYSTEM_FAMILY, SYSTEM_DESCRIPTION, points, label)
 
 
 def job_families(totals: Totals, base: dict[str, int], label: Label) -> Iterator[Metric]:

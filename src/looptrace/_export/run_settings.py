@@ -11,6 +11,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from looptrace._base.errors import ConfigError
 from looptrace._core.sampling import (
     DEFAULT_TRACE_EVERY,
     DEFAULT_TRACE_FIRST,
@@ -19,7 +20,7 @@ from looptrace._core.sampling import (
 from looptrace._core.sampling import (
     lap_sampler as checked_sampler,
 )
-from looptrace._distributed.job import DetailRanks, Scale
+from looptrace._distributed.job_histograms import DetailRanks, Scale
 from looptrace._export.files import PathLike
 from looptrace._export.settings_table import (
     env_value,
@@ -30,7 +31,6 @@ from looptrace._export.settings_table import (
     setting,
     str_value,
 )
-from looptrace._stats.errors import ConfigError
 
 _SAMPLER = "OTEL_TRACES_SAMPLER"
 _SAMPLER_ARG = "OTEL_TRACES_SAMPLER_ARG"

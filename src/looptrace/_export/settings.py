@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from looptrace._base.errors import ConfigError
 from looptrace._export.exponential import HISTOGRAM_KINDS, HistogramKind
 from looptrace._export.otlp_settings import DEFAULT_TIMEOUT_S, OtlpSettings, Signal, otlp_settings
 from looptrace._export.settings_table import (
@@ -20,11 +21,11 @@ from looptrace._export.settings_table import (
     float_value,
     int_bounds,
     int_value,
+    number_bounds,
     setting,
     signal_variable,
     str_value,
 )
-from looptrace._stats.errors import ConfigError
 
 _TRACE_EXPORTERS = frozenset(setting("OTEL_TRACES_EXPORTER").choices)
 _METRIC_EXPORTERS = frozenset(setting("OTEL_METRICS_EXPORTER").choices)
@@ -64,6 +65,7 @@ class PrometheusSettings:
     host: str
     port: int
     source: str
+    local_rank: int = 0  # added to the port chosen, so the processes of a node differ
 
 
 @dataclass(frozen=True)
@@ -208,7 +210,9 @@ def _prometheus(
             f"{source}: port {port} plus the local rank {local_rank} is above {_PORT_HIGH}; "
             "choose a lower port"
         )
-    return PrometheusSettings(host=host, port=port + local_rank if port else 0, source=source)
+    return PrometheusSettings(
+        host=host, port=port + local_rank if port else 0, source=source, local_rank=local_rank
+    )
 
 
 def _batch(env: Mapping[str, str]) -> BatchSettings:
@@ -329,3 +333,54 @@ def diagnose_mode(argument: object, environ: Mapping[str, str] | None = None) ->
             return "log" if mode == "log" else "off"
     choices = " or ".join(map(repr, setting(_DIAGNOSE).choices))
     raise ConfigError(f"{source}: expected {choices}, got {shown!r}"[:200])
+
+
+# -- hang watchdog -----------------------------------------------------------------------
+
+_AFTER = "LOOPTRACE_HANG_AFTER"
+_FACTOR = "LOOPTRACE_HANG_FACTOR"
+
+
+def hang_after(argument: float | None, environ: Mapping[str, str] | None = None) -> float:
+    """Resolve the threshold's floor in seconds (0: no watchdog); None reads the variable.
+
+    Raises:
+        ConfigError: a value that is not a number within the table's bounds.
+
+    """
+    return _resolve(argument, "hang_after", _AFTER, environ)
+
+
+def hang_factor(argument: float | None, environ: Mapping[str, str] | None = None) -> float:
+    """Resolve the multiple of the recent step time; None reads the variable.
+
+    Raises:
+        ConfigError: a value that is not a number within the table's bounds.
+
+    """
+    return _resolve(argument, "hang_factor", _FACTOR, environ)
+
+
+def _resolve(
+    argument: float | None, name: str, variable: str, environ: Mapping[str, str] | None
+) -> float:
+    low, high = number_bounds(variable)
+    shown: object
+    if argument is None:
+        env = os.environ if environ is None else environ
+        text = env_value(variable, env).strip()
+        if not text:
+            return float_value(variable)
+        source, shown = variable, text[:40]
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+    else:
+        source, shown = name, argument
+        if isinstance(argument, bool) or not isinstance(argument, (int, float)):
+            raise ConfigError(f"{name}: expected a number, got {argument!r}"[:200])
+        value = float(argument)
+    if not (math.isfinite(value) and low <= value <= high):
+        raise ConfigError(f"{source}: expected a number from {low:g} to {high:g}, got {shown!r}")
+    return value

@@ -284,6 +284,28 @@ SETTINGS: tuple[Setting, ...] = (
         3.0,
         low=1.0,
     ),
+    # A floor of a minute: a step that slow is rare outside a hang, and it is found ten or
+    # more times sooner than a collective's own timeout (10 to 30 minutes) ends the job.
+    Setting(
+        "LOOPTRACE_HANG_AFTER",
+        "hang_after",
+        "seconds an open step must last, at least, to be reported as hung (the floor of its "
+        "threshold; {low} to {high}); `0` turns the hang watchdog off",
+        60.0,
+        low=0.0,
+        high=86400.0,
+    ),
+    # Ten times the recent step time: an evaluation or checkpoint step several times longer
+    # than a training step still passes, while a hang of a slow loop is found in ten steps.
+    Setting(
+        "LOOPTRACE_HANG_FACTOR",
+        "hang_factor",
+        "an open step is hung past this many times its timer's recent step time (at least "
+        "`LOOPTRACE_HANG_AFTER`; {low} to {high})",
+        10.0,
+        low=1.0,
+        high=10000.0,
+    ),
     Setting(
         "LOOPTRACE_DIAGNOSE",
         "diagnose",
@@ -292,6 +314,39 @@ SETTINGS: tuple[Setting, ...] = (
         "no log",
         "off",
         choices=("off", "log"),
+    ),
+    Setting(
+        "LOOPTRACE_INSTRUMENT",
+        None,
+        "under `looptrace run` or `opentelemetry-instrument`: the parts of a PyTorch loop "
+        "timed (comma-separated of `data`, `forward`, `backward`, `optimizer`, `checkpoint`; "
+        "`none`: no patch)",
+        "data,forward,backward,optimizer,checkpoint",
+    ),
+    Setting(
+        "LOOPTRACE_SYSTEM_INTERVAL",
+        None,
+        "under `looptrace run` or `opentelemetry-instrument`: sample the process's and host's "
+        "CPU and memory (psutil) and NVIDIA GPUs (nvidia-ml-py) every this many seconds, at "
+        "least {low}, into each window; `off`: no sampling",
+        1.0,
+        low=0.1,
+    ),
+    Setting(
+        "LOOPTRACE_RUN_DIR",
+        None,
+        "set by `looptrace run`: its run folder; a Python process started with it (and the "
+        "run's `PYTHONPATH`) instruments PyTorch at start",
+        default="none",
+    ),
+    Setting(
+        "LOOPTRACE_RESET_EVERY",
+        None,
+        "under `looptrace run` or `opentelemetry-instrument`: close a window every this many "
+        "steps ({low} to {high}), across ranks in a job of several",
+        100,
+        low=1,
+        high=1_000_000_000,
     ),
 )
 

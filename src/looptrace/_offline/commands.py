@@ -15,17 +15,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from looptrace._export.extras import needs_files_extra
 from looptrace._export.settings_table import env_value, option_help, setting, signal_variable
 from looptrace._offline.output import check_output, is_looptrace_png, is_looptrace_trace
-from looptrace._offline.reader import (
-    SNAPSHOTS,
-    SPANS,
-    InputError,
-    JsonLinesFile,
-    Warn,
-    load_windows,
-    open_inputs,
-)
+from looptrace._offline.reader import SNAPSHOTS, SPANS, InputError, JsonLinesFile, Warn, open_inputs
+from looptrace._offline.text import escaped
+from looptrace._offline.window_records import load_windows
 
 Subparsers = Any  # argparse's _SubParsersAction is private
 _ENDPOINT = "OTEL_EXPORTER_OTLP_ENDPOINT"
@@ -117,6 +112,21 @@ def add_commands(commands: Subparsers) -> None:
         type=float,
         metavar="PCT",
         help="exit 1 when a section's p50 grew by more than PCT %% and the interval excludes 0",
+    )
+    compare.add_argument(
+        "--min-windows",
+        type=int,
+        default=3,
+        metavar="N",
+        help="a section needs N windows a side to fail --max-regression (default 3)",
+    )
+    compare.add_argument(
+        "--min-impact",
+        type=float,
+        default=1.0,
+        metavar="PCT",
+        help="a section's time per lap must change by PCT %% of the lap to fail "
+        "--max-regression (default 1)",
     )
     compare.add_argument("--json", action="store_true", help="print the comparison as JSON")
     compare.set_defaults(run=run_compare)
@@ -234,10 +244,8 @@ def _summary_of(args: argparse.Namespace, warn: Warn, spans_only: str = "") -> t
     if spans_only and kind != SPANS:
         raise InputError(f"{spans_only} needs span files; {files[0].name} is a {kind} file")
     if kind == SPANS:
-        try:
+        with needs_files_extra(InputError):
             from looptrace._offline.span_records import load_spans  # noqa: PLC0415
-        except ImportError:
-            raise _needs("files", "the OTLP protocol classes") from None
         spans = load_spans(files, warn)
         if not spans:
             raise InputError(f"no spans in {', '.join(args.files)}")
@@ -267,20 +275,41 @@ def run_summary(args: argparse.Namespace) -> int:
     from looptrace._offline.findings import findings_text  # noqa: PLC0415
     from looptrace._offline.summary import render_summary  # noqa: PLC0415
 
-    summary, records, kind = _summary_of(args, warner("summary"))
+    hang = hang_verdict(args.files)
+    if hang is not None:
+        print(hang, end="\n\n")
+    try:
+        summary, records, kind = _summary_of(args, warner("summary"))
+    except InputError:
+        if hang is not None:  # stuck before any window closed: the verdict is the summary
+            return 0
+        raise
     findings = findings_text(records) if kind == SNAPSHOTS else None
     if findings is not None:
         print(findings, end="\n\n")
     print(f"{kind} files: {render_summary(summary)}")
+    if kind == SPANS:  # the traced steps only: say so, and where every step is
+        from looptrace._offline.inputs import expand_inputs  # noqa: PLC0415
+        from looptrace._offline.sampled import SAMPLED, snapshots_beside  # noqa: PLC0415
+
+        beside = snapshots_beside(expand_inputs(args.files, lambda _message: None))
+        more = "" if beside is None else f"; every step: looptrace summary {escaped(beside)}"
+        print(f"\n{SAMPLED}{more}")
     return 0
+
+
+def hang_verdict(names: list[str]) -> str | None:
+    """Return the verdict of the hang lines of the files named (None: no rank is hung)."""
+    from looptrace._offline.hangs import read_hangs, verdict  # noqa: PLC0415
+    from looptrace._offline.inputs import expand_inputs  # noqa: PLC0415
+
+    return verdict(read_hangs(expand_inputs(names, lambda _message: None)))
 
 
 def run_perfetto(args: argparse.Namespace) -> int:
     """Write the Chrome/Perfetto trace of span files."""
-    try:
+    with needs_files_extra(InputError):
         from looptrace._offline.perfetto import chrome_trace  # noqa: PLC0415
-    except ImportError:
-        raise _needs("files", "the OTLP protocol classes") from None
     output = Path(args.output)
     check_output(output, args.files, force=args.force, ours=is_looptrace_trace)
     summary, spans, _ = _summary_of(args, warner("perfetto"), spans_only="perfetto")
@@ -305,10 +334,8 @@ def run_replay(args: argparse.Namespace) -> int:
         or env_value(_ENDPOINT, os.environ).strip()
     ):
         raise InputError(f"no --endpoint given and {_ENDPOINT} is not set")
-    try:
+    with needs_files_extra(InputError):
         from looptrace._offline import replay as _replay  # noqa: PLC0415
-    except ImportError:
-        raise _needs("files", "the OTLP protocol classes") from None
     settings = _replay.replay_settings(args.endpoint, args.protocol, args.header, args.timeout)
     kind, files = open_inputs(args.files, warn)
     if kind != SPANS:
@@ -370,9 +397,13 @@ def run_plot(args: argparse.Namespace) -> int:
 
 def run_report(args: argparse.Namespace) -> int:
     """Write the HTML report of the input files."""
+    from looptrace._base.version import version  # noqa: PLC0415
     from looptrace._core.build import core_kind  # noqa: PLC0415
-    from looptrace._offline.report import write_report  # noqa: PLC0415
-    from looptrace._stats.version import version  # noqa: PLC0415
+
+    try:
+        from looptrace._offline.report import write_report  # noqa: PLC0415
+    except ImportError:
+        raise _needs("files", "jinja2") from None
 
     output = Path(args.output)
     made_by = f"looptrace {version()} ({core_kind()} core)"
@@ -393,7 +424,8 @@ def run_compare(args: argparse.Namespace) -> int:
     warn = warner("compare")
     base = compare.load_side(args.baseline, warn)
     cand = compare.load_side(args.candidate, warn)
-    timer, changes = compare.compare(base, cand, args.max_regression)
+    gate = compare.Gate(args.max_regression, args.min_windows, args.min_impact)
+    timer, changes = compare.compare(base, cand, gate)
     if args.json:
         print(json.dumps(compare.as_json(timer, changes, args.max_regression), indent=1))
     else:

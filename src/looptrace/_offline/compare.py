@@ -4,7 +4,10 @@ Each window of each rank is one sample. Per path the command compares the mean o
 windows' p50 (as a relative change) and of the windows' share of the main timer's lap (in
 percentage points), each with a 95 % bootstrap interval: the windows of each side resampled
 with replacement, a fixed seed, so the same files always give the same answer. A path is a
-regression beyond PCT when its p50 grew by more than PCT and the interval excludes zero.
+regression beyond PCT when its p50 grew by more than PCT and the interval excludes zero, and
+only where there is evidence enough to judge it: at least `min_windows` windows a side and a
+change of its time per lap of at least `min_impact` % of the main timer's lap. The paths whose
+p50 grew beyond PCT without that evidence are listed with the reason.
 """
 
 from __future__ import annotations
@@ -14,21 +17,19 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
-from looptrace._offline.reader import (
-    SPANS,
-    InputError,
-    JsonLinesFile,
-    Warn,
-    Window,
-    load_windows,
-    open_inputs,
-)
-from looptrace._offline.report_data import expand_inputs, main_timer
+from looptrace._base.units import format_seconds
+from looptrace._offline.inputs import expand_inputs
+from looptrace._offline.reader import SPANS, InputError, JsonLinesFile, Warn, open_inputs
+from looptrace._offline.report_data import main_timer
 from looptrace._offline.summary import merge_windows
-from looptrace._stats.units import format_seconds
+from looptrace._offline.text import escaped
+from looptrace._offline.window_records import Window, load_windows
+from looptrace._stats.partial import partial_window
 
 RESAMPLES = 1000
 LEVEL = 0.95
+MIN_WINDOWS = 3  # windows a side before a path can fail the gate
+MIN_IMPACT_PCT = 1.0  # of the main timer's lap: a smaller change cannot fail the gate
 _SEED = 0
 
 
@@ -51,6 +52,8 @@ class PathChange:
     base_windows: int
     cand_windows: int
     flagged: bool = False
+    impact_pct: float = math.nan  # `impact_s` as a share of the baseline's lap, in %
+    unjudged: str = ""  # why the gate could not judge the path ("": it could)
 
 
 def load_side(name: str, warn: Warn) -> list[Window]:
@@ -63,21 +66,45 @@ def load_side(name: str, warn: Warn) -> list[Window]:
     kind, files = open_inputs(names, warn)
     if kind == SPANS:
         raise InputError(f"compare needs snapshot files; {files[0].name} is a span file")
-    windows = [w for w in load_windows(kind, files, warn) if w.subtree == "root"]
+    windows = [  # a partial window (no whole lap) says nothing of a section's p50 or share
+        w
+        for w in load_windows(kind, files, warn)
+        if w.subtree == "root" and not partial_window(w.stats)
+    ]
     if not windows:
         raise InputError(f"{name}: no readable windows")
     return windows
 
 
+@dataclass(frozen=True)
+class Gate:
+    """What a path needs to fail `--max-regression`: a threshold, and evidence to judge it."""
+
+    max_regression: float | None = None
+    min_windows: int = MIN_WINDOWS
+    min_impact_pct: float = MIN_IMPACT_PCT
+
+    def why_not(self, windows: int, impact_pct: float) -> str:
+        """Return why a path of `windows` windows a side (the fewer) cannot be judged, or ""."""
+        if windows < self.min_windows:
+            return f"{windows} window{'s' * (windows != 1)} a side, needs {self.min_windows}"
+        if math.isnan(impact_pct) or abs(impact_pct) < self.min_impact_pct:
+            shown = "?" if math.isnan(impact_pct) else f"{abs(impact_pct):.2g}%"
+            return f"{shown} of the step, needs {self.min_impact_pct:g}%"
+        return ""
+
+
 def compare(
-    base: Sequence[Window], cand: Sequence[Window], max_regression: float | None = None
+    base: Sequence[Window], cand: Sequence[Window], max_regression: float | Gate | None = None
 ) -> tuple[str, list[PathChange]]:
     """Return the main timer and the change of every path, largest impact first."""
+    gate = max_regression if isinstance(max_regression, Gate) else Gate(max_regression)
     timer = main_timer(merge_windows(base))
     rng = random.Random(_SEED)
     paths = sorted({p for w in (*base, *cand) for p, s in w.stats.items() if s.count})
+    lap_s = _mean([s[2] for s in _samples(base, timer, timer)])
     changes = [
-        _change(path, timer, base=base, cand=cand, rng=rng, max_regression=max_regression)
+        _change(path, timer, base=base, cand=cand, rng=rng, gate=gate, lap_s=lap_s)
         for path in paths
     ]
     changes.sort(key=lambda c: (-_abs_or_zero(c.impact_s), c.path))
@@ -115,7 +142,8 @@ def _change(
     base: Sequence[Window],
     cand: Sequence[Window],
     rng: random.Random,
-    max_regression: float | None,
+    gate: Gate,
+    lap_s: float,
 ) -> PathChange:
     before, after = _samples(base, path, timer), _samples(cand, path, timer)
     p50_b, p50_a = [s[0] for s in before], [s[0] for s in after]
@@ -132,10 +160,13 @@ def _change(
     p50_low, p50_high = _interval(p50_b, p50_a, ratio, rng)
     share_low, share_high = _interval(share_b, share_a, points, rng)
     impact = _mean([s[2] for s in after]) - _mean([s[2] for s in before])
+    impact_pct = 100 * impact / lap_s if lap_s > 0 else math.nan
+    unjudged = gate.why_not(min(len(before), len(after)), impact_pct)
     flagged = (
-        max_regression is not None
+        gate.max_regression is not None
+        and not unjudged
         and not math.isnan(p50_change)
-        and p50_change > max_regression
+        and p50_change > gate.max_regression
         and p50_low > 0
     )
     return PathChange(
@@ -154,6 +185,8 @@ def _change(
         base_windows=len(before),
         cand_windows=len(after),
         flagged=flagged,
+        impact_pct=impact_pct,
+        unjudged=unjudged,
     )
 
 
@@ -202,7 +235,7 @@ def render(timer: str, changes: Sequence[PathChange], max_regression: float | No
         share = "-" if math.isnan(c.cand_share_pct) else f"{c.cand_share_pct:.1f}%"
         rows.append(
             (
-                ("! " if c.flagged else "  ") + c.path,
+                ("! " if c.flagged else "  ") + escaped(c.path),
                 format_seconds(c.base_p50),
                 format_seconds(c.cand_p50),
                 _pct(c.p50_change_pct),
@@ -225,16 +258,21 @@ def render(timer: str, changes: Sequence[PathChange], max_regression: float | No
     ]
     lines.append("")
     lines.append(
-        f"share: of a lap of {timer}; per lap: the change of the section's time per lap; "
+        f"share: of a lap of {escaped(timer)}; per lap: the change of the section's time per lap; "
         f"intervals: {LEVEL:.0%} bootstrap over windows ({RESAMPLES} resamples)"
     )
     flagged = [c for c in changes if c.flagged]
     if max_regression is not None:
         if flagged:
-            names = ", ".join(f"{c.path} ({c.p50_change_pct:+.1f}%)" for c in flagged)
+            names = ", ".join(f"{escaped(c.path)} ({c.p50_change_pct:+.1f}%)" for c in flagged)
             lines.append(f"REGRESSION beyond {max_regression:g}%: {names}")
         else:
             lines.append(f"no section's p50 grew by more than {max_regression:g}% beyond noise")
+        # the paths whose p50 grew beyond the threshold without evidence enough to fail
+        unjudged = [c for c in changes if c.unjudged and c.p50_change_pct > max_regression]
+        if unjudged:
+            named = "; ".join(f"{escaped(c.path)} ({c.unjudged})" for c in unjudged)
+            lines.append(f"not judged, too little evidence: {named}")
     return "\n".join(lines)
 
 

@@ -3,7 +3,8 @@
 The snapshot file records each window's findings (`Snapshot.diagnosis()`, computed where
 the roles and thresholds were known); `looptrace summary`, `report` and `watch` fold them over
 the windows they read: one entry per (kind, path, rank), its most severe occurrence and in how
-many windows it appeared. One fold and one line format serve all three.
+many windows it appeared, of the windows diagnosed (a partial window, without a whole lap, is
+not). One fold and one line format serve all three.
 """
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from looptrace._offline.reader import Window
-from looptrace._stats.diagnosis import SEVERITIES
+from looptrace._diagnosis.diagnosis import SEVERITIES
+from looptrace._offline.text import escaped
+from looptrace._offline.window_records import Window
+from looptrace._stats.partial import partial_window
 
 LIMIT = 5
 
@@ -61,8 +64,9 @@ def recorded_findings(windows: Sequence[Window]) -> list[Recorded]:
             worst[key] = (seen, count + 1)
     ordered = sorted(worst.values(), key=lambda item: (_rank(item[0]), -item[1]))
     several = len({window.rank for window in windows}) > 1
+    judged = sum(not partial_window(window.stats) for window in windows)  # (no whole lap: none)
     return [
-        Recorded(finding, count, len(windows), _where(finding) if several else "")
+        Recorded(finding, count, judged, _where(finding) if several else "")
         for finding, count in ordered
     ]
 
@@ -79,7 +83,7 @@ def findings_text(windows: Sequence[Window], limit: int = LIMIT) -> str | None:
     if not found:  # a healthy run, or files written before windows were diagnosed
         return None
     lines = [f"findings ({min(limit, len(found))} of {len(found)}, most severe first):"]
-    lines += [f"  {item.severity:<8} {item.text()}" for item in found[:limit]]
+    lines += [f"  {escaped(item.severity):<8} {escaped(item.text())}" for item in found[:limit]]
     return "\n".join(lines)
 
 

@@ -1,13 +1,15 @@
-"""One colour per section path, the same in `looptrace plot`, `report` and `watch`.
+"""One colour per section name, the same in `looptrace plot`, `report` and `watch`.
 
-A path's colour comes from a hash of the path itself, not from its rank among the sections
-shown, so `root.training.forward` has the same colour in every plot, report and live view of
-every run. Two paths shown together never share one: the second (in path order) takes the
-next free colour. At most `LEGEND` sections get a colour; the rest are drawn as `OTHER`.
+A section's colour comes from a hash of its name (the last level of its path), not from its
+rank among the sections shown, so `backward` has the same colour in every plot, report and
+live view of every run. Sections shown together stay apart: one whose colour another shown
+section has, or one close to it (two shades of one hue), takes the next colour that is
+neither, in path order. At most `LEGEND` sections get a colour; the rest are `OTHER`.
 """
 
 from __future__ import annotations
 
+import math
 import zlib
 from collections.abc import Iterable, Mapping
 
@@ -39,25 +41,63 @@ PALETTE = (
 )
 
 
+# Two colours closer than this (Euclidean, in 0-255 RGB) read as one in a stack.
+CLOSE = 64.0
+
+
+# The usual sections of a training step, on hues far apart: they never move for each other.
+KNOWN = {
+    "data": 0,
+    "forward": 1,
+    "backward": 2,
+    "optimizer": 3,
+    "allreduce": 4,
+    "loss": 5,
+    **dict.fromkeys(("eval", "evaluate", "evaluation", "val", "validation"), 6),
+    **dict.fromkeys(("checkpoint", "ckpt", "save_checkpoint"), 8),
+}
+
+
 def preferred(path: str) -> int:
-    """Return the palette index a path takes when no other shown path has it."""
-    return zlib.crc32(path.encode("utf-8", "surrogatepass")) % len(PALETTE)
+    """Return the palette index a section takes when no shown section has it: by its name."""
+    name = path.rpartition(".")[2]
+    known = KNOWN.get(name)
+    if known is not None:
+        return known
+    return zlib.crc32(name.encode("utf-8", "surrogatepass")) % len(PALETTE)
+
+
+def _rgb(colour: str) -> tuple[int, int, int]:
+    return int(colour[1:3], 16), int(colour[3:5], 16), int(colour[5:7], 16)
+
+
+def close(first: str, second: str) -> bool:
+    """Whether two colours of the palette are too alike to tell apart side by side."""
+    a, b = _rgb(first), _rgb(second)
+    return math.dist(a, b) < CLOSE
 
 
 def colours(paths: Iterable[str]) -> dict[str, str]:
     """Return a distinct colour for each path (and `OTHER`'s grey), stable across outputs."""
     mapping: dict[str, str] = {}
-    taken: set[int] = set()
+    taken: list[int] = []
     for path in sorted(set(paths)):
         if path == OTHER:
             continue
-        index = preferred(path)
-        while index in taken and len(taken) < len(PALETTE):
-            index = (index + 1) % len(PALETTE)
-        taken.add(index)
+        index = _free(preferred(path), taken)
+        taken.append(index)
         mapping[path] = PALETTE[index]
     mapping[OTHER] = OTHER_COLOUR
     return mapping
+
+
+def _free(index: int, taken: list[int]) -> int:
+    """Return `index`, or the next index neither taken nor close to one taken (else not taken)."""
+    order = [(index + step) % len(PALETTE) for step in range(len(PALETTE))]
+    for candidate in order:
+        if candidate not in taken and not any(close(PALETTE[candidate], PALETTE[t]) for t in taken):
+            return candidate
+    return next((candidate for candidate in order if candidate not in taken), index)
 
 
 def colour_of(path: str, mapping: Mapping[str, str]) -> str | None:

@@ -18,10 +18,10 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
+from looptrace._base.attributes import PATH, STEP, THREAD_ID, THREAD_NAME
+from looptrace._base.version import version
 from looptrace._distributed.ranks import RANK
 from looptrace._offline.span_records import SpanRecord
-from looptrace._stats.attributes import PATH, STEP, THREAD_ID, THREAD_NAME
-from looptrace._stats.version import version
 
 _NO_THREAD = "spans without thread.id"
 _SHOWN = frozenset({PATH, STEP, RANK, THREAD_ID, THREAD_NAME})  # the event shows them already

@@ -14,11 +14,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from looptrace._base.units import format_seconds
+from looptrace._base.version import version
 from looptrace._offline import palette
 from looptrace._offline.output import SOFTWARE_KEY
 from looptrace._offline.plot_data import SELF, PlotData
-from looptrace._stats.units import format_seconds
-from looptrace._stats.version import version
 
 _MAX_BARS = 120
 _MAX_LABELS = 12

@@ -17,11 +17,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from looptrace._offline.palette import LEGEND, OTHER
-from looptrace._offline.reader import InputError, Window
+from looptrace._offline.reader import InputError
 from looptrace._offline.report_data import main_timer
 from looptrace._offline.summary import Summary
 from looptrace._offline.table import tree_paths
 from looptrace._offline.text import escaped
+from looptrace._offline.window_records import Window
 from looptrace._stats.snapshot import SectionStats
 
 if TYPE_CHECKING:

@@ -27,6 +27,7 @@ from typing import Protocol
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
+from looptrace._base.errors import ConfigError
 from looptrace._export.otlp_json import ExportTraceServiceRequest
 from looptrace._export.otlp_settings import OtlpSettings, otlp_settings, parse_headers
 from looptrace._export.settings import ExportOptions
@@ -35,7 +36,6 @@ from looptrace._offline.bounded_http import BodyTooLargeError, post
 from looptrace._offline.reader import JsonLinesFile, Warn, reading
 from looptrace._offline.span_records import iter_requests
 from looptrace._offline.split import MAX_REQUEST_BYTES, split_request
-from looptrace._stats.errors import ConfigError
 
 GRPC = "grpc"
 HTTP = "http/protobuf"

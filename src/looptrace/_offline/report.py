@@ -6,8 +6,9 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from looptrace._offline.inputs import expand_inputs
 from looptrace._offline.reader import InputError, Warn
-from looptrace._offline.report_data import ReportData, expand_inputs, load_report
+from looptrace._offline.report_data import ReportData, load_report
 from looptrace._offline.report_html import render
 
 

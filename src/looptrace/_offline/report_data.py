@@ -7,30 +7,25 @@ spans across ranks (its waterfall).
 
 from __future__ import annotations
 
-import glob
 import math
 import statistics
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
+from looptrace._base.attributes import SLOW_LAP
+from looptrace._export.extras import needs_files_extra
 from looptrace._offline.findings import Recorded, recorded_findings
+from looptrace._offline.hangs import read_hangs, verdict
+from looptrace._offline.inputs import expand_inputs
 from looptrace._offline.palette import LEGEND, OTHER
-from looptrace._offline.reader import (
-    METRICS,
-    SNAPSHOTS,
-    SPANS,
-    InputError,
-    JsonLinesFile,
-    Warn,
-    Window,
-    load_windows,
-)
+from looptrace._offline.reader import METRICS, SNAPSHOTS, SPANS, InputError, JsonLinesFile, Warn
 from looptrace._offline.summary import Summary, summarize_spans, summarize_windows
 from looptrace._offline.table import tree_paths
-from looptrace._stats.attributes import SLOW_LAP
+from looptrace._offline.throughput import job_rates, peak_memory
+from looptrace._offline.window_records import Window, load_windows
+from looptrace._stats.partial import partial_window
 from looptrace._stats.snapshot import SectionStats
 
 if TYPE_CHECKING:
@@ -73,7 +68,11 @@ class ReportData:
     waterfall_note: str = ""
     wall_s: float = math.nan
     findings: list[Recorded] = field(default_factory=list)  # warnings and worse, worst first
+    rates: dict[str, float] = field(default_factory=dict)  # the main timer's units per second
+    memory: tuple[str, str] | None = None  # the run's peak memory: (size, which)
     diagnosed: int = 0  # the snapshot windows whose findings were read (0: no snapshot file)
+    hang: str | None = None  # the hang lines' verdict across ranks (None: no rank hung)
+    run_steps: tuple[int, int] | None = None  # the first and last step the windows hold
 
     @property
     def ranks(self) -> list[int]:
@@ -85,26 +84,6 @@ class ReportData:
         """Return the number of laps of the timer on the rank with the most."""
         counts = [s[self.timer].count for s in self.per_rank.values() if self.timer in s]
         return max(counts, default=0)
-
-
-def expand_inputs(names: Sequence[str], warn: Warn) -> list[str]:
-    """Return the files named: globs expanded, directories replaced by their `*.jsonl` files."""
-    found: list[str] = []
-    for name in names:
-        path = Path(name)
-        if path.is_dir():
-            inside = sorted(str(p) for p in path.rglob("*.jsonl") if p.is_file())
-            if not inside:
-                warn(f"{name}: a directory with no .jsonl files; skipped")
-            found += inside
-        elif not path.exists() and glob.has_magic(name):
-            matches = sorted(glob.glob(name, recursive=True))
-            if not matches:
-                warn(f"{name}: no file matches; skipped")
-            found += [m for m in matches if Path(m).is_file()]
-        else:
-            found.append(name)
-    return list(dict.fromkeys(found))
 
 
 def load_report(names: Sequence[str], warn: Warn) -> ReportData:
@@ -126,12 +105,8 @@ def load_report(names: Sequence[str], warn: Warn) -> ReportData:
         by_kind[file.kind].append(file)
     spans: list[SpanRecord] = []
     if by_kind[SPANS]:
-        try:
+        with needs_files_extra(InputError):
             from looptrace._offline.span_records import load_spans  # noqa: PLC0415
-        except ImportError:
-            raise InputError(
-                "span files need the OTLP protocol classes: pip install 'looptrace[files]'"
-            ) from None
         spans = load_spans(by_kind[SPANS], warn)
     kind = SNAPSHOTS if by_kind[SNAPSHOTS] else METRICS
     if by_kind[SNAPSHOTS] and by_kind[METRICS]:
@@ -145,6 +120,8 @@ def load_report(names: Sequence[str], warn: Warn) -> ReportData:
     data = _compute([*files], summary, windows, spans, has_windows=bool(windows))
     if kind == SNAPSHOTS:  # what `looptrace summary` prints: every window's recorded diagnosis
         data.findings, data.diagnosed = recorded_findings(every), len(every)
+        data.hang = verdict(read_hangs([file.name for file in by_kind[SNAPSHOTS]]))
+        data.rates, data.memory = job_rates(every, data.timer), peak_memory(every)
     return data
 
 
@@ -188,7 +165,8 @@ def _compute(
         top=top,
     )
     data.waterfalls, data.waterfall_note = _waterfalls(spans, laps)
-    data.wall_s = _wall(spans, summary, timer)
+    data.run_steps = _run_steps(windows)
+    data.wall_s = _wall(windows, spans, summary, timer)
     return data
 
 
@@ -223,6 +201,14 @@ def _laps(spans: Sequence[SpanRecord], timer: str) -> dict[int, list[Lap]]:
     return {rank: sorted(found, key=lambda lap: lap.step) for rank, found in sorted(laps.items())}
 
 
+def _run_steps(windows: Sequence[Window]) -> tuple[int, int] | None:
+    """Return the first and last step any window holds time of (None: no window says)."""
+    held = [window.steps for window in windows if window.steps is not None]
+    if not held:
+        return None
+    return min(first for first, _ in held), max(last for _, last in held)
+
+
 def _window_means(windows: Sequence[Window], timer: str) -> dict[int, list[tuple[int, float]]]:
     means: dict[int, list[tuple[int, float]]] = defaultdict(list)
     for index, window in enumerate(windows):
@@ -244,9 +230,14 @@ def _shares(sums: dict[str, float], timer: str, top: Sequence[str]) -> dict[str,
 def _window_shares(
     windows: Sequence[Window], timer: str, top: Sequence[str]
 ) -> list[tuple[str, dict[str, float]]]:
-    """Return each window's share of the lap per top section, summed over ranks."""
+    """Return each window's share of the lap per top section, summed over ranks.
+
+    A partial window (no whole lap: the tail of one after the last reset) has no share.
+    """
     groups: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for index, window in enumerate(windows):
+        if partial_window(window.stats):
+            continue
         key = index if window.step is None else window.step
         for path in (timer, *top):
             stats = window.stats.get(path)
@@ -335,8 +326,19 @@ def _chosen_steps(steps: list[int], laps: dict[int, list[Lap]]) -> set[int]:
     return keep
 
 
-def _wall(spans: Sequence[SpanRecord], summary: Summary, timer: str) -> float:
-    """Return the run's wall time: first span start to last end, else the longest rank's laps."""
+def _wall(
+    windows: Sequence[Window], spans: Sequence[SpanRecord], summary: Summary, timer: str
+) -> float:
+    """Return the run's wall time: the longest rank's windows, else its spans or laps.
+
+    Windows cover the whole run; spans only the steps that were traced (the first ones,
+    every Nth and the slow ones), so they are read only where no window says it.
+    """
+    by_rank: dict[int, float] = defaultdict(float)
+    for window in windows:
+        by_rank[window.rank] += window.seconds
+    if by_rank and max(by_rank.values()) > 0:
+        return max(by_rank.values())
     if spans:
         return (max(s.end_ns for s in spans) - min(s.start_ns for s in spans)) / 1e9
     totals = [s[timer].total for s in summary.per_rank.values() if timer in s]

@@ -1,20 +1,25 @@
 """The charts of `looptrace report`, drawn as inline SVG (no charting library, no script needed).
 
-Every mark carries a `<title>` with its exact values (the browser shows it on hover); the
-page's small script adds the step crosshair, the click that opens a waterfall and sorting.
+This module computes each chart's geometry; its markup is a template of `templates/` (`*.svg.j2`),
+which escapes every text it prints (`report_jinja`). Every mark carries a `<title>` with its
+exact values (the browser shows it on hover); the page's small script adds the step crosshair,
+the click that opens a waterfall and sorting.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
-from html import escape
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
+from markupsafe import Markup
+
+from looptrace._base.units import format_seconds
 from looptrace._offline import palette
 from looptrace._offline.palette import OTHER, OTHER_COLOUR, TIMER_COLOUR
 from looptrace._offline.report_data import Lap, ReportData
-from looptrace._stats.units import format_seconds
+from looptrace._offline.report_jinja import render
 
 if TYPE_CHECKING:
     from looptrace._offline.span_records import SpanRecord
@@ -48,10 +53,6 @@ def short(path: str, timer: str) -> str:
 
 def _f(value: float) -> str:
     return f"{value:.1f}"
-
-
-def _attr(text: str) -> str:
-    return escape(text, quote=True)
 
 
 def downsample(laps: Sequence[Lap], budget: int) -> list[tuple[int, float]]:
@@ -94,10 +95,42 @@ class _LogAxis:
         return ticks
 
 
-def timeline(data: ReportData) -> tuple[str, dict[str, object], str]:
+class _Tick(NamedTuple):
+    """A y-axis line at `y` with its label."""
+
+    y: str
+    label: str
+
+
+class _Line(NamedTuple):
+    """A rank's polyline through `points` ("x,y x,y"), or a dot at `points` where `dot`."""
+
+    dot: bool
+    points: str
+    x: str
+    y: str
+    colour: str
+    title: str
+
+
+class _Mark(NamedTuple):
+    """A slow or occasional lap on the timeline: a circle that opens the step's waterfall."""
+
+    kind: str
+    step: int
+    rank: int
+    x: str
+    y: str
+    colour: str
+    label: str
+
+
+def timeline(data: ReportData) -> tuple[Markup, dict[str, object], str]:
     """Return the step timeline SVG, the points the hover reads, and a down-sampling note.
 
-    Without span files it draws each window's mean lap per rank instead.
+    Without span files it draws each window's mean lap per rank instead. The axis covers the
+    run's steps (the windows'), not only the traced ones; points farther apart than twice the
+    usual distance between them (steps not traced) are not joined.
     """
     height = 240
     inner_h = height - _TOP - _BOTTOM
@@ -119,57 +152,43 @@ def timeline(data: ReportData) -> tuple[str, dict[str, object], str]:
     values = [s for points in series.values() for _, s in points]
     steps = [step for points in series.values() for step, _ in points]
     if not values:
-        return "<p>No laps of the timer in the input.</p>", {}, note
+        return render("no_laps.html.j2"), {}, note
     first, last = min(steps), max(steps)
+    if data.run_steps is not None:
+        first, last = min(first, data.run_steps[0]), max(last, data.run_steps[1])
     span = max(1, last - first)
     axis = _LogAxis(values, inner_h)
 
     def x(step: float) -> float:
         return _LEFT + (step - first) / span * inner_w
 
-    parts = [
-        f'<svg id="timeline" class="chart" viewBox="0 0 {WIDTH} {height}" width="{WIDTH}" '
-        f'height="{height}" data-first="{first}" data-last="{last}" data-left="{_LEFT}" '
-        f'data-width="{inner_w}" role="img" aria-label="lap duration per step and rank">'
+    lines = [
+        _line([(x(step), axis.y(s)) for step, s in segment], colour, f"rank {rank}")
+        for index, (rank, points) in enumerate(series.items())
+        for colour in [RANK_PALETTE[index % len(RANK_PALETTE)]]
+        for segment in segments(points)
     ]
-    for tick in axis.ticks():
-        y = _f(axis.y(tick))
-        parts.append(
-            f'<line class="grid" x1="{_LEFT}" x2="{WIDTH - _RIGHT}" y1="{y}" y2="{y}"/>'
-            f'<text class="tick" x="{_LEFT - 6}" y="{y}" text-anchor="end" '
-            f'dominant-baseline="middle">{escape(format_seconds(tick))}</text>'
-        )
-    for step in _step_ticks(first, last):
-        parts.append(
-            f'<text class="tick" x="{_f(x(step))}" y="{height - 8}" '
-            f'text-anchor="middle">{step}</text>'
-        )
-    for index, (rank, points) in enumerate(series.items()):
-        colour = RANK_PALETTE[index % len(RANK_PALETTE)]
-        path = " ".join(f"{_f(x(step))},{_f(axis.y(s))}" for step, s in points)
-        parts.append(
-            f'<polyline class="lap-line" fill="none" stroke="{colour}" stroke-width="1.2" '
-            f'points="{path}"><title>rank {rank}</title></polyline>'
-        )
+    marks = []
     for laps in data.laps.values():
         for lap in laps:
             if lap.slow is None and not lap.occasional:
                 continue
             kind = "slow" if lap.slow is not None else "occasional"
-            colour = SLOW_COLOUR if kind == "slow" else OCCASIONAL_COLOUR
             what = (
                 f"slow lap ({lap.slow:.1f}x the median)" if lap.slow is not None else lap.occasional
             )
             label = f"step {lap.step}, rank {lap.rank}: {format_seconds(lap.seconds)}, {what}"
-            parts.append(
-                f'<circle class="mark {kind}" data-step="{lap.step}" data-rank="{lap.rank}" '
-                f'cx="{_f(x(lap.step))}" cy="{_f(axis.y(lap.seconds))}" r="4" fill="{colour}">'
-                f"<title>{escape(label)}</title></circle>"
-            )
-    parts.append(
-        f'<line id="crosshair" x1="0" x2="0" y1="{_TOP}" y2="{_TOP + inner_h}" '
-        'visibility="hidden"/></svg>'
-    )
+            colour = SLOW_COLOUR if kind == "slow" else OCCASIONAL_COLOUR
+            x_at, y_at = _f(x(lap.step)), _f(axis.y(lap.seconds))
+            marks.append(_Mark(kind, lap.step, lap.rank, x_at, y_at, colour, label))
+    svg = render(
+        "timeline.svg.j2",
+        width=WIDTH, height=height, first=first, last=last, left=_LEFT, right=WIDTH - _RIGHT,
+        top=_TOP, inner_w=inner_w, inner_h=inner_h,
+        y_ticks=[_Tick(_f(axis.y(t)), format_seconds(t)) for t in axis.ticks()],
+        x_ticks=[(_f(x(step)), step) for step in _step_ticks(first, last)],
+        lines=lines, marks=marks,
+    )  # fmt: skip
     hover: dict[str, object] = {
         "ranks": list(series),
         "points": {
@@ -177,7 +196,34 @@ def timeline(data: ReportData) -> tuple[str, dict[str, object], str]:
             for rank, points in series.items()
         },
     }
-    return "".join(parts), hover, note
+    return svg, hover, note
+
+
+def _line(points: Sequence[tuple[float, float]], colour: str, title: str) -> _Line:
+    """Return a polyline through `points` (x, y), or a dot where there is one point only."""
+    if len(points) == 1:  # a traced step with no neighbour near it
+        x, y = points[0]
+        return _Line(True, "", _f(x), _f(y), colour, title)
+    path = " ".join(f"{_f(x)},{_f(y)}" for x, y in points)
+    return _Line(False, path, "", "", colour, title)
+
+
+def segments(points: Sequence[tuple[int, float]]) -> list[list[tuple[int, float]]]:
+    """Split a rank's (step, seconds) points where steps are missing, for separate lines.
+
+    Consecutive points farther apart than twice the median distance between them (the
+    sampling's stride) belong to different segments: the steps between were not traced.
+    """
+    if len(points) < 2:
+        return [list(points)]
+    gaps = sorted(b[0] - a[0] for a, b in itertools.pairwise(points))
+    limit = max(1, 2 * gaps[len(gaps) // 2])
+    found = [[points[0]]]
+    for before, point in itertools.pairwise(points):
+        if point[0] - before[0] > limit:
+            found.append([])
+        found[-1].append(point)
+    return found
 
 
 def _step_ticks(first: int, last: int) -> list[int]:
@@ -189,26 +235,28 @@ def _step_ticks(first: int, last: int) -> list[int]:
     return list(range(int(start), last + 1, int(max(1, stride))))
 
 
-def shares(data: ReadableShares, colour_of: Mapping[str, str], timer: str) -> str:
+class _Box(NamedTuple):
+    """A rectangle of a chart, with its fill and the title the browser shows on hover."""
+
+    x: str
+    y: str
+    width: str
+    height: str
+    fill: str
+    title: str
+
+
+def shares(data: ReadableShares, colour_of: Mapping[str, str], timer: str) -> Markup:
     """Return the stacked bars of each window's share of the lap per top section."""
     bars = [(label, parts) for label, parts in data if parts]
     if not bars:
-        return "<p>No windows with laps of the timer.</p>"
+        return render("shares.svg.j2", boxes=None)
     height = 220
     inner_h = height - _TOP - _BOTTOM
     inner_w = WIDTH - _LEFT - _RIGHT
     width = inner_w / len(bars)
-    parts = [
-        f'<svg id="shares" class="chart" viewBox="0 0 {WIDTH} {height}" width="{WIDTH}" '
-        f'height="{height}" role="img" aria-label="share of the lap per section and window">'
-    ]
-    for share in (0, 0.25, 0.5, 0.75, 1.0):
-        y = _f(_TOP + (1 - share) * inner_h)
-        parts.append(
-            f'<line class="grid" x1="{_LEFT}" x2="{WIDTH - _RIGHT}" y1="{y}" y2="{y}"/>'
-            f'<text class="tick" x="{_LEFT - 6}" y="{y}" text-anchor="end" '
-            f'dominant-baseline="middle">{share:.0%}</text>'
-        )
+    grid = [_Tick(_f(_TOP + (1 - share) * inner_h), f"{share:.0%}") for share in _SHARE_TICKS]
+    boxes = []
     for index, (label, values) in enumerate(bars):
         bottom = 0.0
         left = _LEFT + index * width
@@ -216,99 +264,88 @@ def shares(data: ReadableShares, colour_of: Mapping[str, str], timer: str) -> st
             if share <= 0:
                 continue
             top = bottom + share
-            parts.append(
-                f'<rect x="{_f(left + 0.5)}" y="{_f(_TOP + (1 - top) * inner_h)}" '
-                f'width="{_f(max(0.5, width - 1))}" '
-                f'height="{_f(share * inner_h)}" fill="{colour_of.get(name, OTHER_COLOUR)}">'
-                f"<title>{escape(f'{label}: {short(name, timer)} {share:.1%}')}</title></rect>"
-            )
+            y, tall = _f(_TOP + (1 - top) * inner_h), _f(share * inner_h)
+            colour = colour_of.get(name, OTHER_COLOUR)
+            title = f"{label}: {short(name, timer)} {share:.1%}"
+            boxes.append(_Box(_f(left + 0.5), y, _f(max(0.5, width - 1)), tall, colour, title))
             bottom = top
-    parts.append(
-        f'<text class="tick" x="{_LEFT}" y="{height - 8}">{escape(bars[0][0])}</text>'
-        f'<text class="tick" x="{WIDTH - _RIGHT}" y="{height - 8}" text-anchor="end">'
-        f"{escape(bars[-1][0])}</text></svg>"
-    )
-    return "".join(parts)
+    return render(
+        "shares.svg.j2",
+        width=WIDTH, height=height, left=_LEFT, right=WIDTH - _RIGHT, grid=grid, boxes=boxes,
+        first=bars[0][0], last=bars[-1][0],
+    )  # fmt: skip
 
 
+_SHARE_TICKS = (0, 0.25, 0.5, 0.75, 1.0)
 ReadableShares = Sequence[tuple[str, Mapping[str, float]]]
 
 
-def legend(sections: Sequence[str], colour_of: Mapping[str, str], timer: str) -> str:
+def legend(sections: Sequence[str], colour_of: Mapping[str, str], timer: str) -> Markup:
     """Return the colour legend of the sections (and "other")."""
-    items = [
-        f'<span class="key"><i style="background:{colour_of[path]}"></i>'
-        f"{escape(short(path, timer))}</span>"
-        for path in (*sections, OTHER)
-    ]
-    return f'<div class="legend">{"".join(items)}</div>'
+    keys = [(colour_of[path], short(path, timer)) for path in (*sections, OTHER)]
+    return render("legend.html.j2", keys=keys, more=0, marks=None)
 
 
-def rank_legend(ranks: Sequence[int]) -> str:
+def rank_legend(ranks: Sequence[int]) -> Markup:
     """Return the colour legend of the timeline's ranks (and of its marks)."""
-    items = [
-        f'<span class="key"><i style="background:{RANK_PALETTE[i % len(RANK_PALETTE)]}"></i>'
-        f"rank {rank}</span>"
-        for i, rank in enumerate(ranks[:16])
+    keys = [
+        (RANK_PALETTE[i % len(RANK_PALETTE)], f"rank {rank}") for i, rank in enumerate(ranks[:16])
     ]
-    more = f"<span>… {len(ranks) - 16} more ranks</span>" if len(ranks) > 16 else ""
-    marks = (
-        f'<span class="key"><i style="background:{SLOW_COLOUR};border-radius:50%"></i>slow lap'
-        f'</span><span class="key"><i style="background:{OCCASIONAL_COLOUR};border-radius:50%">'
-        "</i>occasional section</span>"
-    )
-    return f'<div class="legend">{"".join(items)}{more}{marks}</div>'
+    marks = [(SLOW_COLOUR, "slow lap"), (OCCASIONAL_COLOUR, "occasional section")]
+    return render("legend.html.j2", keys=keys, more=max(0, len(ranks) - 16), marks=marks)
 
 
-def heatmap(excess: Mapping[int, Mapping[str, float]], sections: Sequence[str], timer: str) -> str:
+def heatmap(
+    excess: Mapping[int, Mapping[str, float]], sections: Sequence[str], timer: str
+) -> Markup:
     """Return the rank x section grid of the excess time per lap over the median rank."""
     ranks = sorted(excess, key=lambda r: (-sum(max(0.0, v) for v in excess[r].values()), r))
     largest = max((abs(v) for row in excess.values() for v in row.values()), default=0.0)
     cell_w, cell_h, label_w, head_h = 82, 18, 70, 64
-    width = label_w + cell_w * len(sections)
-    height = head_h + cell_h * len(ranks)
-    parts = [
-        f'<svg id="heatmap" class="chart" viewBox="0 0 {width} {height}" width="{width}" '
-        f'height="{height}" role="img" aria-label="excess per rank and section">'
+    columns = [
+        (_f(label_w + column * cell_w + cell_w / 2), short(path, timer))
+        for column, path in enumerate(sections)
     ]
-    for column, path in enumerate(sections):
-        x = label_w + column * cell_w + cell_w / 2
-        parts.append(
-            f'<text class="tick" transform="translate({_f(x)},{head_h - 6}) rotate(-30)">'
-            f"{escape(short(path, timer))}</text>"
-        )
+    rows = []
     for row, rank in enumerate(ranks):
         y = head_h + row * cell_h
-        parts.append(
-            f'<text class="tick" x="{label_w - 6}" y="{_f(y + cell_h / 2)}" text-anchor="end" '
-            f'dominant-baseline="middle">rank {rank}</text>'
-        )
+        cells = []
         for column, path in enumerate(sections):
             value = excess[rank].get(path)
             if value is None:
                 continue
             strength = 0.0 if largest <= 0 else min(1.0, abs(value) / largest)
-            colour = (
-                f"rgba(214,39,40,{0.08 + 0.92 * strength:.2f})"
-                if value > 0
-                else f"rgba(31,119,180,{0.08 + 0.92 * strength:.2f})"
-            )
+            rgb = "214,39,40" if value > 0 else "31,119,180"
+            colour = f"rgba({rgb},{0.08 + 0.92 * strength:.2f})"
             sign = "+" if value >= 0 else "-"
             text = (
                 f"rank {rank}, {short(path, timer)}: {sign}{format_seconds(abs(value))} "
                 "per lap over the median rank"
             )
-            parts.append(
-                f'<rect x="{label_w + column * cell_w}" y="{y}" width="{cell_w - 1}" '
-                f'height="{cell_h - 1}" fill="{colour}"><title>{escape(text)}</title></rect>'
-            )
-    parts.append("</svg>")
-    return "".join(parts)
+            x = str(label_w + column * cell_w)
+            cells.append(_Box(x, str(y), str(cell_w - 1), str(cell_h - 1), colour, text))
+        rows.append((rank, y, _f(y + cell_h / 2), cells))
+    return render(
+        "heatmap.svg.j2",
+        width=label_w + cell_w * len(sections), height=head_h + cell_h * len(ranks),
+        label_w=label_w, head_h=head_h, columns=columns, rows=rows,
+    )  # fmt: skip
+
+
+class _Bar(NamedTuple):
+    """A span's row of a waterfall: its label and its bar."""
+
+    rank: int
+    indent: Markup
+    name: str
+    y_text: str
+    box: _Box
+    error: bool
 
 
 def waterfall(
     step: int, spans: Sequence[SpanRecord], colour_of: Mapping[str, str], timer: str
-) -> str:
+) -> Markup:
     """Return the waterfall of one traced step: a bar per span, rows by rank then start.
 
     Each rank's bars start from that rank's first span of the step: the clocks of different
@@ -322,35 +359,25 @@ def waterfall(
     ordered = sorted(spans, key=lambda s: (s.rank, s.start_ns, depth[s.span_id]))
     label_w, row_h = 230, 16
     inner_w = WIDTH - label_w - _RIGHT
-    height = 20 + row_h * len(ordered)
-    parts = [
-        f'<svg class="chart waterfall" data-step="{step}" viewBox="0 0 {WIDTH} {height}" '
-        f'width="{WIDTH}" height="{height}" role="img" aria-label="spans of step {step}">'
-        f'<text class="tick" x="{label_w}" y="12">0</text>'
-        f'<text class="tick" x="{WIDTH - _RIGHT}" y="12" text-anchor="end">'
-        f"{escape(format_seconds(length / 1e9))}</text>"
-    ]
+    bars = []
     for row, span in enumerate(ordered):
         y = 20 + row * row_h
-        left = label_w + (span.start_ns - origin[span.rank]) / length * inner_w
-        bar = max(1.0, span.duration_ns / length * inner_w)
-        indent = "\u2003" * depth[span.span_id]
-        colour = _span_colour(span.path, colour_of, timer)
-        outline = ' stroke="#d62728" stroke-width="2"' if span.error else ""
+        start = span.start_ns - origin[span.rank]
+        left = label_w + start / length * inner_w
+        width = max(1.0, span.duration_ns / length * inner_w)
         text = (
             f"rank {span.rank} {span.path}: {format_seconds(span.duration_ns / 1e9)}, "
-            f"starts at +{format_seconds((span.start_ns - origin[span.rank]) / 1e9)}"
-            + (", error" if span.error else "")
+            f"starts at +{format_seconds(start / 1e9)}" + (", error" if span.error else "")
         )
-        parts.append(
-            f'<text class="tick span-name" x="4" y="{_f(y + row_h / 2)}" '
-            f'dominant-baseline="middle">r{span.rank} {indent}{escape(span.name)}</text>'
-            f'<rect x="{_f(left)}" y="{y + 2}" width="{_f(bar)}" height="{row_h - 4}" '
-            f'fill="{colour}"{outline}>'
-            f"<title>{escape(text)}</title></rect>"
-        )
-    parts.append("</svg>")
-    return "".join(parts)
+        colour = _span_colour(span.path, colour_of, timer)
+        box = _Box(_f(left), str(y + 2), _f(width), str(row_h - 4), colour, text)
+        indent = Markup("\u2003" * depth[span.span_id])  # em spaces, shown as they are
+        bars.append(_Bar(span.rank, indent, span.name, _f(y + row_h / 2), box, span.error))
+    return render(
+        "waterfall.svg.j2",
+        step=step, width=WIDTH, height=20 + row_h * len(ordered), label_w=label_w,
+        right=WIDTH - _RIGHT, length=format_seconds(length / 1e9), bars=bars,
+    )  # fmt: skip
 
 
 def _depths(spans: Sequence[SpanRecord]) -> dict[str, int]:

@@ -6,42 +6,29 @@ Needs the `files` extra (protobuf and the OpenTelemetry protocol classes).
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Status
 
 from looptrace._export.otlp_json import ExportTraceServiceRequest, from_json
+from looptrace._offline.duplicates import Once
+from looptrace._offline.no_gc import paused_gc
 from looptrace._offline.progress import Progress
 from looptrace._offline.reader import JsonLinesFile, Warn, read_all, reading
+from looptrace._offline.span_json import spans_of
+from looptrace._offline.span_record import UNNAMED, SpanRecord, section_path
 from looptrace._offline.step_spans import with_steps
 
-
-@dataclass(frozen=True, slots=True)
-class SpanRecord:
-    """One span as the offline commands use it; ids are hex, times epoch nanoseconds."""
-
-    trace_id: str
-    span_id: str
-    parent_id: str
-    name: str
-    path: str
-    start_ns: int
-    end_ns: int
-    rank: int
-    step: int | None
-    thread_id: int | None
-    thread_name: str | None
-    host: str | None
-    error: bool
-    attributes: dict[str, Any]
-    status_message: str = ""  # the error's description ("ValueError: ...") on an ERROR span
-
-    @property
-    def duration_ns(self) -> int:
-        """Return the duration in nanoseconds (never negative)."""
-        return max(0, self.end_ns - self.start_ns)
+__all__ = [
+    "UNNAMED",
+    "SpanRecord",
+    "attributes_of",
+    "iter_requests",
+    "load_spans",
+    "records_of",
+    "span_count",
+]
 
 
 def iter_requests(
@@ -70,16 +57,32 @@ def span_count(request: ExportTraceServiceRequest) -> int:
 def load_spans(files: Sequence[JsonLinesFile], warn: Warn) -> list[SpanRecord]:
     """Return every span of the span files, in file order, never-lapped timers' steps last.
 
-    A never-lapped timer's step, which has no span on the wire, is given back (`with_steps`).
+    Lines are read straight from their JSON objects (`span_json`), not through protobuf; a
+    line that is not an OTLP/JSON trace request is skipped with a warning. A never-lapped
+    timer's step, which has no span on the wire, is given back (`with_steps`). A span read
+    twice counts once, and a rank written by two processes is named (`duplicates.Once`),
+    each with one warning.
     """
     spans: list[SpanRecord] = []
-    with reading(files) as bar:
-        for file, number, request in iter_requests(files, warn, bar):
+    once = Once("span")
+    with reading(files) as bar, paused_gc():
+        for file, number, record in read_all(files, bar):
             try:
-                spans.extend(list(records_of(request)))
+                read = list(spans_of(record))
             except (ValueError, TypeError, RecursionError) as error:
-                file.reject(number, f"holds a malformed span ({error})")
+                file.reject(number, f"is not a valid OTLP/JSON request ({error})")
+                continue
+            spans += [
+                span for span in read if once.first(_key(span), span.rank, span.writer, span.host)
+            ]
+    for line in once.warnings():
+        warn(line)
     return with_steps(spans)
+
+
+def _key(span: SpanRecord) -> tuple[str | None, str, str] | None:
+    """Return what tells a span from every other: its writer, trace and span ids."""
+    return (span.writer, span.trace_id, span.span_id) if span.span_id.strip("0") else None
 
 
 def records_of(request: ExportTraceServiceRequest) -> Iterator[SpanRecord]:
@@ -94,12 +97,13 @@ def records_of(request: ExportTraceServiceRequest) -> Iterator[SpanRecord]:
                 thread_id = attributes.get("thread.id")
                 thread_name = attributes.get("thread.name")
                 host = resource.get("host.name")
+                writer = resource.get("service.instance.id")
                 yield SpanRecord(
                     trace_id=span.trace_id.hex(),
                     span_id=span.span_id.hex(),
                     parent_id=span.parent_span_id.hex(),
                     name=span.name,
-                    path=_path(attributes.get("looptrace.path"), span.name),
+                    path=section_path(attributes.get("looptrace.path"), span.name),
                     start_ns=span.start_time_unix_nano,
                     end_ns=span.end_time_unix_nano,
                     rank=rank if isinstance(rank, int) else 0,
@@ -110,17 +114,8 @@ def records_of(request: ExportTraceServiceRequest) -> Iterator[SpanRecord]:
                     error=span.status.code == Status.STATUS_CODE_ERROR,
                     attributes=attributes,
                     status_message=span.status.message,
+                    writer=writer if isinstance(writer, str) else None,
                 )
-
-
-UNNAMED = "(unnamed)"
-
-
-def _path(attribute: object, name: str) -> str:
-    """Return the span's section path: `looptrace.path`, else its name; never empty."""
-    if isinstance(attribute, str) and attribute.strip("."):
-        return attribute
-    return name if name.strip(".") else UNNAMED
 
 
 def attributes_of(pairs: Sequence[KeyValue]) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Final
 
-from looptrace._stats.attributes import (
+from looptrace._base.attributes import (
     DEVICE_PEAK_ALLOCATED,
     HOST_PEAK_RSS,
     PATH,

@@ -12,21 +12,22 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import itertools
 import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
-from looptrace._offline.reader import InputError, Window
+from looptrace._base.units import format_seconds
+from looptrace._offline.mixture import mixture_quantiles
+from looptrace._offline.reader import InputError
 from looptrace._offline.table import render_table
 from looptrace._offline.text import escaped
 from looptrace._offline.throughput import job_rate_lines, memory_line, throughput_lines
+from looptrace._offline.window_records import Window
 from looptrace._stats.buckets import BOUNDARIES_S
 from looptrace._stats.sketch import nearest_rank
 from looptrace._stats.snapshot import SectionStats
-from looptrace._stats.units import format_seconds
 
 if TYPE_CHECKING:
     from looptrace._offline.span_records import SpanRecord
@@ -107,8 +108,10 @@ def summarize_spans(spans: Sequence[SpanRecord]) -> Summary:
         per_rank[span.rank][span.path].append(span)
         everything[span.path].append(span)
     steps = [s.step for s in spans if s.step is not None]
-    description = f"{_count(len(spans), 'span')}, {_ranks_text(per_rank)}"
-    description += _steps_text(steps, "step")
+    traced = len(set(steps))
+    description = f"{_count(len(spans), 'span')}"
+    description += f" of {_count(traced, 'traced step')}" if traced else ""
+    description += f", {_ranks_text(per_rank)}" + _steps_text(steps, "step")
     return Summary(
         combined={p: _from_spans(group, children_ns) for p, group in everything.items()},
         per_rank={
@@ -298,25 +301,12 @@ def merge_path(parts: Sequence[SectionStats]) -> SectionStats:
         return dataclasses.replace(ended[0], total=total, self_time=self_time, errors=errors)
     count = sum(p.count for p in ended)
     if count == 0:
-        nan = math.nan
-        return dataclasses.replace(
-            parts[0],
-            count=0,
-            total=total,
-            mean=nan,
-            min=nan,
-            max=nan,
-            std=nan,
-            p50=nan,
-            p90=nan,
-            p99=nan,
-            self_time=self_time,
-            errors=errors,
-            buckets=_sum_buckets(parts),
+        return SectionStats.empty(
+            total=total, self_time=self_time, errors=errors, buckets=_sum_buckets(parts)
         )
     mean = math.fsum(p.count * p.mean for p in ended) / count
     square = math.fsum(p.count * (p.std**2 + p.mean**2) for p in ended) / count
-    p50, p90, p99 = (_mixture_quantile(ended, q) for q in _QUANTILES)
+    p50, p90, p99 = mixture_quantiles(ended, _QUANTILES)
     return SectionStats(
         count=count,
         total=total,
@@ -345,46 +335,3 @@ def _sum_buckets(parts: Sequence[SectionStats]) -> tuple[int, ...]:
     if len(lengths) != 1:
         return ()
     return tuple(sum(column) for column in zip(*(p.buckets for p in parts), strict=True))
-
-
-def _mixture_quantile(parts: Sequence[SectionStats], q: float) -> float:
-    """Estimate a quantile of the union of windows, each a piecewise-linear distribution."""
-    curves = [(p.count, _curve(p)) for p in parts]
-    curves = [(count, curve) for count, curve in curves if curve]
-    if not curves:
-        return math.nan
-    weight = sum(count for count, _ in curves)
-    low = min(curve[0][0] for _, curve in curves)
-    high = max(curve[-1][0] for _, curve in curves)
-    for _ in range(100):
-        middle = (low + high) / 2
-        share = sum(count * _cdf(curve, middle) for count, curve in curves) / weight
-        if share < q:
-            low = middle
-        else:
-            high = middle
-    return high
-
-
-def _curve(stats: SectionStats) -> list[tuple[float, float]]:
-    points = [
-        (stats.min, 0.0),
-        (stats.p50, 0.5),
-        (stats.p90, 0.9),
-        (stats.p99, 0.99),
-        (stats.max, 1.0),
-    ]
-    known = [(x, level) for x, level in points if not math.isnan(x)]
-    curve: list[tuple[float, float]] = []
-    for x, level in known:  # sketch quantiles may be a hair outside [min, max]
-        curve.append((max(x, curve[-1][0]) if curve else x, level))
-    return curve
-
-
-def _cdf(curve: Sequence[tuple[float, float]], x: float) -> float:
-    if x < curve[0][0]:
-        return 0.0
-    for (x0, y0), (x1, y1) in itertools.pairwise(curve):
-        if x <= x1:
-            return y1 if x1 == x0 else y0 + (y1 - y0) * (x - x0) / (x1 - x0)
-    return 1.0

@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
+from looptrace._base.units import format_seconds
 from looptrace._offline.text import escaped
 from looptrace._stats.snapshot import SectionStats
-from looptrace._stats.units import format_seconds
 
 COLUMNS = ("section", "count", "mean", "p50", "p99", "total", "% parent", "self")
 

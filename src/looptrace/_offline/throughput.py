@@ -6,8 +6,8 @@ import math
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 
-from looptrace._offline.reader import Window
 from looptrace._offline.text import escaped
+from looptrace._offline.window_records import Window
 from looptrace._stats.spread import RateSpread
 
 _DEVICE_PEAKS = ("device_peak_allocated", "device_peak_reserved")
@@ -47,12 +47,36 @@ def throughput_lines(windows: Sequence[Window]) -> list[str]:
         per_s = _job_rate(totals[key], seconds[key])
         per_lap_s = _job_rate(totals[key], lap_s[key])
         lines.append(
-            f"throughput {path} {unit}: {_number(total)} in all, {_number(per_s)}/s of wall "
-            f"time, {_number(per_lap_s)}/s of lap time"
+            f"throughput {path} {unit}: {format_count(total)} in all, "
+            f"{format_count(per_s)}/s of wall time, {format_count(per_lap_s)}/s of lap time"
             + (f" (sum of {len(totals[key])} ranks)" if len(totals[key]) > 1 else "")
             + _mfu_part(used.get(key), seconds[key])
         )
     return lines
+
+
+def job_rates(windows: Sequence[Window], path: str) -> dict[str, float]:
+    """Return `{unit: the job's units per second of wall time}` that timer `path` counted."""
+    totals: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))
+    seconds: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))
+    for window in windows:
+        for (counted_path, unit), n in (window.counted or {}).items():
+            if counted_path == path:
+                totals[unit][window.rank] += n
+                seconds[unit][window.rank] += window.seconds
+    return {unit: _job_rate(totals[unit], seconds[unit]) for unit in sorted(totals)}
+
+
+def peak_memory(windows: Sequence[Window]) -> tuple[str, str] | None:
+    """Return (size, what) of the run's peak memory: the device's if measured, else the host's."""
+    worst: dict[str, int] = {}
+    for window in windows:
+        for key, value in (window.memory or {}).items():
+            worst[key] = max(worst.get(key, 0), value)
+    for key, what in (("device_peak_allocated", "device peak"), ("host_peak_rss", "host peak")):
+        if key in worst:
+            return _bytes(worst[key]), what
+    return None
 
 
 def job_rate_lines(windows: Sequence[Window]) -> list[str]:
@@ -80,9 +104,9 @@ def job_rate_lines(windows: Sequence[Window]) -> list[str]:
         job = _weighted([(s.per_s, seconds) for s, seconds in spreads])
         ranks = max(s.ranks for s, _ in spreads)
         lines.append(
-            f"throughput {path} {unit} across ranks: job {_number(job)} {unit}/s "
+            f"throughput {path} {unit} across ranks: job {format_count(job)} {unit}/s "
             f"({ranks} {'rank' if ranks == 1 else 'ranks'}); slowest rank {slowest} at "
-            f"{_number(slow_at)}/s, fastest rank {fastest} at {_number(fast_at)}/s"
+            f"{format_count(slow_at)}/s, fastest rank {fastest} at {format_count(fast_at)}/s"
             + (f" (slowest in {slow_n} of {len(spreads)} windows)" if len(spreads) > 1 else "")
         )
     return lines
@@ -111,9 +135,9 @@ def _weighted(rates: Sequence[tuple[float, float]]) -> float:
 
 
 def memory_line(windows: Sequence[Window]) -> str | None:
-    """Return the highest memory figures over the windows (any rank).
+    """Return the highest memory figures over the windows (any rank), host and device.
 
-    None unless a window has device figures: the host's alone are in the snapshot file.
+    None when no window measured memory (a metrics file, a timer's own windows).
     """
     worst: dict[str, int] = {}
     summed: dict[str, int] = defaultdict(int)
@@ -121,8 +145,6 @@ def memory_line(windows: Sequence[Window]) -> str | None:
         for key, value in (window.memory or {}).items():
             worst[key] = max(worst.get(key, 0), value)
             summed[key] += value
-    if not any(key.startswith("device_") for key in worst):
-        return None
     parts = []
     if "host_peak_rss" in worst:
         parts.append(f"host peak resident {_bytes(worst['host_peak_rss'])}")
@@ -153,7 +175,7 @@ def _job_rate(totals: dict[int, float], seconds: dict[int, float]) -> float:
     return sum(rates) if rates else float("nan")
 
 
-def _number(value: float) -> str:
+def format_count(value: float) -> str:
     """Return a count or rate with thousands separators and at most one decimal."""
     if math.isnan(value):
         return "-"

@@ -2,9 +2,14 @@
 
 Each file is read from where it was left: only whole new lines, a truncated or rotated file
 is reopened from its start. The view (a `rich` live display) shows per section the p50 and
-p99 of the latest window of each rank, its share of the lap, the slowest rank and its excess
-over the median rank; a header line counts steps, windows and ranks, and a rank whose file has
-been silent for three of its windows' durations is marked stale. Needs the `files` extra.
+p99 of the latest window of each rank, its share of the lap, and with several ranks the slowest
+rank and its excess over the median rank; a header line counts steps, windows and ranks, the
+steps per second and the units per second the main timer counted, and a rank whose file has
+been silent for three of its windows' durations is marked stale. A partial window (the tail
+of one lap, at the end of a run) replaces no rank's latest window and is not counted. Files
+that are not snapshot files are warned about when named, and passed over in silence when a
+directory or a glob reaches them (a run's folder holds its span files too). Needs the `files`
+extra.
 """
 
 from __future__ import annotations
@@ -24,16 +29,22 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from looptrace._export.records import LOSS_KIND
+from looptrace._base.units import format_seconds
+from looptrace._export.records import HANG_KINDS, LOSS_KIND
+from looptrace._offline.duplicates import Once
 from looptrace._offline.findings import recorded_findings
+from looptrace._offline.hangs import HangBook, verdict
+from looptrace._offline.inputs import expand_inputs
 from looptrace._offline.keys import Keys
 from looptrace._offline.palette import LEGEND, OTHER, colour_of, colours
-from looptrace._offline.reader import SNAPSHOTS, Warn, Window, kind_of, snapshot_window
-from looptrace._offline.report_data import children_of, expand_inputs, main_timer
+from looptrace._offline.reader import SNAPSHOTS, Warn, kind_of, line_kind
+from looptrace._offline.report_data import children_of, main_timer
 from looptrace._offline.table import tree_paths
-from looptrace._offline.text import one_line
+from looptrace._offline.text import escaped, one_line
+from looptrace._offline.throughput import format_count, job_rates
+from looptrace._offline.window_records import Window, snapshot_window
+from looptrace._stats.partial import partial_window
 from looptrace._stats.snapshot import SectionStats
-from looptrace._stats.units import format_seconds
 
 _HEAD = 256
 FINDINGS = 5  # findings shown below the table
@@ -100,12 +111,19 @@ class WatchState:
     ranks: dict[int, RankState] = field(default_factory=dict)
     windows: int = 0
     step: int | None = None
+    hangs: HangBook = field(default_factory=HangBook)  # the ranks' `hang` lines
 
     def add(self, window: Window, seconds: float, now: float) -> None:
-        """Take one new window of a rank."""
-        self.windows += 1
+        """Take one new window of a rank; a partial one only says that the rank is alive."""
         if window.step is not None:
             self.step = max(window.step, self.step or 0)
+        held = self.ranks.get(window.rank)
+        if partial_window(window.stats):  # no whole lap: no share or rate to show
+            if held is not None:
+                held.seen = now
+                return
+        else:
+            self.windows += 1
         self.ranks[window.rank] = RankState(window, seconds, now)
 
     def stale(self, now: float) -> list[int]:
@@ -130,14 +148,17 @@ class Watcher:
         self._warn = warn
         self._clock = clock
         self._followers: dict[str, Follower] = {}
+        self._named: set[str] = set()  # the files named as such, not reached by a directory or glob
         self._ignored: set[str] = set()  # files that are not snapshot files
         self._warned: dict[str, int] = {}
+        self._once = Once("window", in_order=True)
         self.state = WatchState()
 
     def poll(self) -> int:
         """Read what the files gained; return the number of new windows."""
         for name in expand_inputs(self._names, lambda _message: None):
             self._followers.setdefault(name, Follower(Path(name)))
+        self._named = {name for name in self._names if name in self._followers}
         added = 0
         now = self._clock()
         for name, follower in self._followers.items():
@@ -145,11 +166,15 @@ class Watcher:
                 continue
             for number, line in follower.new_lines():
                 window, seconds = self._parse(name, number, line)
-                if window is not None:
+                if window is not None and self._once.first(
+                    window.key, window.rank, window.writer, window.host
+                ):
                     self.state.add(window, seconds, now)
                     added += 1
                 if name in self._ignored:
                     break
+        for warning in self._once.news():
+            self._warn(warning)
         return added
 
     def _parse(self, name: str, number: int, line: bytes) -> tuple[Window | None, float]:
@@ -158,8 +183,10 @@ class Watcher:
         except (ValueError, RecursionError):
             self._bad(name, f"skipped unreadable line {number}")
             return None, math.nan
-        if isinstance(record, dict) and record.get("kind") == LOSS_KIND:
-            return None, math.nan  # the writer's count of windows it could not write
+        if line_kind(record) in HANG_KINDS | {LOSS_KIND}:
+            if line_kind(record) != LOSS_KIND:  # (a loss line: windows it could not write)
+                self.state.hangs.add(record)
+            return None, math.nan
         kind = kind_of(record)
         if kind != SNAPSHOTS:
             self._ignored.add(name)
@@ -169,7 +196,7 @@ class Watcher:
                     f"{name}: not a looptrace span, snapshot or metrics file (line {number} "
                     f"has keys: {one_line(keys)}); skipped"
                 )
-            else:
+            elif name in self._named:  # (reached through a run's folder, it is expected there)
                 self._warn(f"{name}: a {kind} file; watch follows snapshot files; skipped")
             return None, math.nan
         try:
@@ -203,8 +230,14 @@ def view(state: WatchState, now: float) -> Group:
     )
     if stale:
         header.append(f" | stale: rank {', '.join(map(str, stale))}", style="bold red")
+    hang = verdict(state.hangs)
+    if hang is not None:
+        header.append(f"\n{hang}", style="bold red")
     table = Table(box=None, header_style="bold", pad_edge=False)
-    for column in ("section", "p50", "p99", "share", "slowest rank", "excess"):
+    columns = ["section", "p50", "p99", "share"]
+    if len(latest) > 1:  # with one rank there is no slowest rank
+        columns += ["slowest rank", "excess"]
+    for column in columns:
         table.add_column(column, justify="left" if column == "section" else "right")
     if not latest:
         return Group(header, Text("waiting for snapshot lines ..."))
@@ -217,12 +250,16 @@ def view(state: WatchState, now: float) -> Group:
     throughput = _throughput(state, timer)
     if throughput:
         header.append(f" | {throughput}")
+    job = " for the job" if len(latest) > 1 else ""  # the sum of the ranks' rates
+    for unit, per_s in job_rates(list(latest.values()), timer).items():
+        if not math.isnan(per_s):
+            header.append(f" | {format_count(per_s)} {escaped(unit)}/s{job}")
     coloured = colours(children_of(merged, timer)[:LEGEND])  # as in the plot and the report
     del coloured[OTHER]
     for path, parent, depth in tree_paths(merged):
-        row = _row(path, timer, latest)
+        row = _row(path, timer, latest)[: len(columns) - 1]
         name = "  " * depth + (path[len(parent) + 1 :] if parent else path)
-        table.add_row(Text(name, style=colour_of(path, coloured) or ""), *row)
+        table.add_row(Text(escaped(name), style=colour_of(path, coloured) or ""), *row)
     return Group(header, table, _findings(list(latest.values())))
 
 
@@ -237,7 +274,7 @@ def _findings(latest: list[Window]) -> Text:
         text.append(
             f"{item.severity:<8}", style="bold red" if item.severity == "critical" else "yellow"
         )
-        text.append(" " + item.text())
+        text.append(" " + escaped(item.text()))
     if len(found) > FINDINGS:
         text.append(f"\n  ... and {len(found) - FINDINGS} more")
     return text
@@ -309,7 +346,11 @@ def watch(
                 while updates is None or drawn < updates:
                     if "q" in typed.wait(interval).lower():
                         break
-                    if watcher.poll() or watcher.state.stale(clock()):
+                    if (
+                        watcher.poll()
+                        or watcher.state.stale(clock())
+                        or watcher.state.hangs.standing()
+                    ):
                         live.update(frame(), refresh=True)
                         drawn += 1
             except KeyboardInterrupt:

@@ -149,17 +149,8 @@ class _PathAggregate:
         self.fold()
         sketch, buckets = self.sketch, self.buckets
         if sketch is None or buckets is None:  # no interval ended, only part of a running one
-            nan = math.nan
-            return SectionStats(
-                count=0,
+            return SectionStats.empty(
                 total=(self.sum + self.carry_ns) / 1e9,
-                mean=nan,
-                min=nan,
-                max=nan,
-                std=nan,
-                p50=nan,
-                p90=nan,
-                p99=nan,
                 self_time=self.self_ns / 1e9,
                 errors=self.errors,
                 buckets=_NO_BUCKETS,
@@ -237,8 +228,10 @@ class Aggregator:
     lists of their own and hand them over here, holding `lock`, which is also held across a
     whole `reset()` so that a window closes at one instant: grouped by path every `FOLD_AT`
     intervals (bounding memory), or taken whole at the cut and grouped when the snapshot is
-    read. Distinct paths are capped: past `max_paths`, new paths are counted under `"other"`
-    and one warning is logged.
+    read. Distinct paths are capped: past `max_paths`, a new path is counted under its
+    parent's `"other"` (`root.train.other`; a top-level path under `"other"`), and one
+    warning is logged. The overflow paths are not counted by the cap: there is one at most
+    per path kept, so memory stays bounded by twice the cap.
     """
 
     def __init__(self, *, max_paths: int = 1000) -> None:
@@ -257,6 +250,7 @@ class Aggregator:
         # Threads' unit counts (`Timer.count`) handed over at the cut, added when read.
         self._counts: list[dict[tuple[str, str], Tally]] = []
         self._known: set[str] = set()
+        self._overflow: set[str] = set()  # the parents' `other` paths made past the cap
         self._known_lock = threading.Lock()  # not `lock`: timers are made under it too
         self._warned = False
 
@@ -273,7 +267,7 @@ class Aggregator:
         if agg is None:
             path = self._admit(path)
             agg = _aggregate(self._paths, path)
-        if path == OTHER_PATH:
+        if path in self._overflow:
             self.overflowed += len(durations)
         agg.carry_ns += carry_ns
         agg.add(durations, self_ns, errors)
@@ -282,15 +276,18 @@ class Aggregator:
         """Group a producer's log (`ENTRY_ITEMS` per interval) by path into the window.
 
         The caller holds `lock`. Paths new to the window are admitted here: past the cap
-        they count under `"other"`.
+        they count under their parent's `"other"`.
         """
         paths = self._paths
-        other = paths.get(OTHER_PATH)
-        before = 0 if other is None else other.count
+        before = self._overflow_count()
         group(paths, log, adjustments, self._admit)
-        other = paths.get(OTHER_PATH)
-        if other is not None:
-            self.overflowed += other.count - before
+        if self._overflow:
+            self.overflowed += self._overflow_count() - before
+
+    def _overflow_count(self) -> int:
+        """Return the intervals of the window counted under an overflow path."""
+        paths = self._paths
+        return sum(paths[p].count for p in self._overflow if p in paths)
 
     def take(self, log: list[object], adjustments: list[Adjustment]) -> None:
         """Add a thread's log to the window as it is; the caller holds `lock`.
@@ -305,8 +302,9 @@ class Aggregator:
             self._group_logs()
         self._logs.append((log, adjustments))
         self._ungrouped += len(log) + len(adjustments)
-        if self._warned:  # a timer past the cap logs its intervals as "other"
-            self.overflowed += log[::ENTRY_ITEMS].count(OTHER_PATH)
+        if self._warned:  # a timer past the cap logs its intervals under its parent's other
+            overflow = self._overflow
+            self.overflowed += sum(1 for path in log[::ENTRY_ITEMS] if path in overflow)
 
     def take_counts(self, counts: dict[tuple[str, str], Tally]) -> None:
         """Add a thread's unit counts to the window as they are; the caller holds `lock`."""
@@ -384,29 +382,39 @@ class Aggregator:
         self._counts = []
 
     def admit(self, path: str) -> str:
-        """Return `path` if it is or can be kept apart, else `"other"`.
+        """Return `path` if it is or can be kept apart, else its parent's `"other"`.
 
         Timers ask when they are made, so a name past the cap creates no state of its own.
         """
         return self._admit(path)
 
     def _admit(self, path: str) -> str:
-        if path in self._known and path != OTHER_PATH:
+        if path in self._known or path in self._overflow:
             return path
         with self._known_lock:
-            if len(self._known) < self.max_paths and path != OTHER_PATH:
+            if len(self._known) < self.max_paths:
                 self._known.add(path)
                 return path
         if not self._warned:
             self._warned = True
             _log.warning(
                 "looptrace: more than %d distinct section paths; %r and later new paths are "
-                "counted under %r",
+                "counted under their parent's %r",
                 self.max_paths,
                 path,
                 OTHER_PATH,
             )
-        return OTHER_PATH
+        return self.overflow_of(path.rpartition(".")[0])
+
+    def overflow_of(self, parent: str) -> str:
+        """Return the path the children of `parent` past the cap count under (one object)."""
+        path = f"{parent}.{OTHER_PATH}" if parent else OTHER_PATH
+        with self._known_lock:
+            for known in self._overflow:  # the one object timers and windows compare by identity
+                if known == path:
+                    return known
+            self._overflow.add(path)
+        return path
 
 
 def group(

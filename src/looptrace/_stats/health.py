@@ -128,6 +128,15 @@ class Incidents:
         """Count one failed write of an output; log the first per kind as one warning line."""
         with self._lock:
             self.internal_errors += 1
+        self.said_once(kind, message)
+
+    def said_once(self, kind: str, message: str) -> None:
+        """Log the first failure of a kind as one warning line; count nothing.
+
+        For a failure whose loss the caller counts elsewhere (spans in `dropped_spans`), so
+        that one loss is counted once.
+        """
+        with self._lock:
             first = kind not in self._seen
             self._seen.add(kind)
         if first:

@@ -1,6 +1,6 @@
 """The job's view of one cross-rank window: histograms summed over ranks, and who serves what.
 
-Made by `reset(across_ranks=True)` (see `looptrace._distributed.job`) and carried by the
+Made by `reset(across_ranks=True)` (see `looptrace._distributed.job_histograms`) and carried by the
 `Snapshot` as `snapshot.job`. Plain data, no torch.
 """
 

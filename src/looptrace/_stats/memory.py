@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from looptrace._stats.attributes import DEVICE_PEAK_ALLOCATED, HOST_PEAK_RSS
+from looptrace._base.attributes import DEVICE_PEAK_ALLOCATED, HOST_PEAK_RSS
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,7 +25,9 @@ class WindowMemory:
     reset: see `configure(device_memory=...)`), `device_alloc_retries` and `device_ooms` the
     allocator's retries after freeing its cache and its out-of-memory errors in the window.
     `device_total` is the current device's total memory (its properties, read at the close;
-    None where it cannot be read).
+    None where it cannot be read). `host_total` is the most resident memory the process may
+    hold: its cgroup's limit where one is set, else the host's physical memory (None where
+    neither can be read).
     """
 
     host_rss: int | None
@@ -35,6 +37,7 @@ class WindowMemory:
     device_alloc_retries: int | None = None
     device_ooms: int | None = None
     device_total: int | None = None
+    host_total: int | None = None
 
     def to_dict(self) -> dict[str, int | None]:
         """Return the figures as a plain dict (None where not measured)."""
@@ -89,9 +92,10 @@ class MemoryReader:
         if self.owns_peak and _owner() is not self:
             self.owns_peak = False
         rss, peak = host_memory()
+        host = host_limit()
         device = self._cuda() if self._device else None
         if device is None:
-            return WindowMemory(rss, peak)
+            return WindowMemory(rss, peak, host_total=host)
         stats, reset, total = device
         try:
             current = stats()
@@ -103,7 +107,7 @@ class MemoryReader:
                 reserved = int(current.get("reserved_bytes.all.peak", 0))
                 reset()
         except Exception:  # a device that cannot answer: host figures only
-            return WindowMemory(rss, peak)
+            return WindowMemory(rss, peak, host_total=host)
         window = WindowMemory(
             rss,
             peak,
@@ -112,6 +116,7 @@ class MemoryReader:
             device_alloc_retries=max(retries - self._retries, 0),
             device_ooms=max(ooms - self._ooms, 0),
             device_total=_total(total),
+            host_total=host,
         )
         self._retries, self._ooms = retries, ooms
         return window
@@ -193,6 +198,30 @@ def host_peak() -> int | None:
     except (ImportError, OSError):
         return None
     return peak_units if sys.platform == "darwin" else peak_units * 1024  # macOS: bytes
+
+
+# Where a cgroup says how much memory its processes may hold: v2, then v1.
+CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
+_NO_LIMIT = 1 << 60  # cgroup v1 says "no limit" with a number near 2**63
+
+
+def host_limit(cgroup_files: tuple[str, ...] = CGROUP_LIMITS) -> int | None:
+    """Return the most memory this process may hold: its cgroup's limit, else physical memory."""
+    physical: int | None
+    try:
+        physical = os.sysconf("SC_PHYS_PAGES") * _PAGE
+    except (AttributeError, ValueError, OSError):
+        physical = None
+    for path in cgroup_files:
+        try:
+            with open(path, "rb") as limit_file:
+                text = limit_file.read().strip()
+        except OSError:
+            continue
+        if text.isdigit() and 0 < int(text) < _NO_LIMIT:
+            return int(text) if physical is None else min(int(text), physical)
+        break  # "max": no limit in this cgroup
+    return physical if physical is not None and physical > 0 else None
 
 
 def _page_size() -> int:

@@ -1,8 +1,9 @@
-"""Which role a section plays: data, wait, evaluation, checkpoint; from names given, never guessed.
+"""Which role a section plays: data, wait, evaluation, checkpoint; by exact names, never guessed.
 
-`iterate()` times its fetch as `data`; the integrations name what they time; the user adds
-names with `configure(roles={...}, wait_sections=(...))`. A section name nobody gave a role
-has none: the diagnosis abstains rather than guess from an unknown name.
+`iterate()` times its fetch as `data`; the integrations name what they time; evaluation and
+checkpoint sections have conventional names (`CONVENTIONAL`, exact, case-sensitive); the
+user names more with `configure(roles={...}, wait_sections=(...))`. A section name nobody gave
+a role has none: the diagnosis abstains rather than guess from an unknown name.
 """
 
 from __future__ import annotations
@@ -11,6 +12,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 ROLES = ("data", "wait", "evaluation", "checkpoint")
+# The section names that play a role without `configure(roles=...)`: exact names. Naming a
+# role in `roles=` replaces its conventional names (`roles={"evaluation": []}`: none).
+CONVENTIONAL: dict[str, frozenset[str]] = {
+    "evaluation": frozenset({"eval", "evaluate", "evaluation", "val", "validation"}),
+    "checkpoint": frozenset({"checkpoint", "ckpt", "save_checkpoint"}),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,8 +27,10 @@ class Roles:
     Attributes:
         data: where the loop waits for its input (`iterate()`'s fetch is `"data"`).
         wait: where ranks wait for each other (a collective, DDP's all-reduce in `backward`).
-        evaluation: evaluation or validation work.
-        checkpoint: saving or loading checkpoints.
+        evaluation: evaluation or validation work (by default the names `eval`,
+            `evaluate`, `evaluation`, `val`, `validation`).
+        checkpoint: saving or loading checkpoints (by default `checkpoint`, `ckpt`,
+            `save_checkpoint`).
         wait_paths: whole paths marked `wait` (`record(name, wait=True)`,
             `section(name, wait=True)`), whatever their name.
 
@@ -29,8 +38,8 @@ class Roles:
 
     data: frozenset[str] = frozenset({"data"})
     wait: frozenset[str] = frozenset()
-    evaluation: frozenset[str] = frozenset()
-    checkpoint: frozenset[str] = frozenset()
+    evaluation: frozenset[str] = CONVENTIONAL["evaluation"]
+    checkpoint: frozenset[str] = CONVENTIONAL["checkpoint"]
     wait_paths: frozenset[str] = frozenset()
     _by_name: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
 
@@ -58,12 +67,18 @@ def roles_of(
     """Return the `Roles` of `configure(roles=..., wait_sections=...)` over the defaults.
 
     `roles` maps a role to a section name or names; `wait_sections` adds names to `wait`.
+    `data` keeps `"data"` (`iterate()`'s fetch) and adds the names given; `evaluation` and
+    `checkpoint`, when given, replace their conventional names (an empty list: no section).
 
     Raises:
         ValueError: an unknown role, or a name that is empty, not a string or holds a `.`.
 
     """
     chosen: dict[str, set[str]] = {"data": {"data"}, "wait": set()}
+    given = set((roles or {}).keys())
+    for role, conventional in CONVENTIONAL.items():
+        if role not in given:
+            chosen[role] = set(conventional)
     for role, names in (roles or {}).items():
         if role not in ROLES:
             raise ValueError(f"roles: unknown role {role!r}; choose from {', '.join(ROLES)}")

@@ -13,17 +13,20 @@ from typing import TYPE_CHECKING, Any, Protocol
 from looptrace._stats.buckets import BOUNDARIES_S
 from looptrace._stats.job import JobView
 from looptrace._stats.memory import WindowMemory
+from looptrace._stats.partial import partial_window
 from looptrace._stats.rate_metrics import rate_metrics, rate_spread_metrics, rates_dict
 from looptrace._stats.rates import Flops, Rate, flops_of, rates_of, sum_counts
 from looptrace._stats.roles import Roles
 from looptrace._stats.spread import RankSpread, RateSpread, SectionSpread
-from looptrace._stats.straggler import Straggler
+from looptrace._stats.straggler import Straggler, straggler_metrics
+from looptrace._stats.system_figures import WindowSystem
 from looptrace._stats.tally import Tally
-from looptrace._stats.thresholds import DEFAULTS, thresholds
+from looptrace._stats.thresholds import DEFAULTS
 
 if TYPE_CHECKING:
-    from looptrace._stats.diagnosis import Finding
-    from looptrace._stats.history import Past
+    from looptrace._diagnosis.finding import Finding
+    from looptrace._diagnosis.history import Past
+    from looptrace._stats.hang import StandingHang
 
 # The statistics `as_metrics()` flattens, in this order.
 METRIC_STATS = ("count", "total", "mean", "min", "max", "std", "p50", "p90", "p99", "self_time")
@@ -50,6 +53,18 @@ class SectionStats:
     self_time: float
     errors: int
     buckets: tuple[int, ...]
+
+    @classmethod
+    def empty(
+        cls,
+        total: float = math.nan,
+        self_time: float = math.nan,
+        errors: int = 0,
+        buckets: tuple[int, ...] = (),
+    ) -> SectionStats:
+        """Return the statistics of a path none of whose intervals ended: NaN but the times."""
+        nan = math.nan
+        return cls(0, total, nan, nan, nan, nan, nan, nan, nan, self_time, errors, buckets)
 
     def to_dict(self) -> dict[str, float | int | list[int]]:
         """Return the statistics as a plain dict (buckets as a list)."""
@@ -108,6 +123,11 @@ class Snapshot(Mapping[str, SectionStats]):
     `past` is what the live looptrace kept of the run before the window (`Past`: memory
     since the warm-up, earlier rates), for the diagnosis's memory creep and throughput drop;
     None where nothing was kept (a snapshot made elsewhere).
+
+    `overhead` is the time, in seconds, looptrace spent in its own `reset()` work during the
+    window (closing the previous window: the cross-rank reduce, the outputs, the `on_reset`
+    hooks). The thread that called `reset()` has it taken out of its running laps, so it is in
+    no lap's time, self time or duration; it is reported here so that its cost stays visible.
     """
 
     __slots__ = (
@@ -121,10 +141,12 @@ class Snapshot(Mapping[str, SectionStats]):
         "across_ranks",
         "end_ns",
         "flops",
+        "hang",
         "job",
         "limits",
         "memory",
         "memory_across_ranks",
+        "overhead",
         "past",
         "rank",
         "rates_across_ranks",
@@ -134,6 +156,7 @@ class Snapshot(Mapping[str, SectionStats]):
         "steps",
         "straggler",
         "subtree",
+        "system",
     )
 
     boundaries: tuple[float, ...] = BOUNDARIES_S
@@ -191,6 +214,12 @@ class Snapshot(Mapping[str, SectionStats]):
         self.rates_across_ranks: Mapping[str, Mapping[str, RateSpread]] | None = None
         # The run before this window, as the live looptrace kept it (None: not kept).
         self.past: Past | None = None
+        # A step of this rank hung and still open at the close (None: none; see `_stats.hang`).
+        self.hang: StandingHang | None = None
+        # Seconds looptrace spent in its own `reset()` work in the window, kept out of laps.
+        self.overhead = 0.0
+        # The system figures sampled in the window (None: no sampler, e.g. `sample_system`).
+        self.system: WindowSystem | None = None
 
     def handed_counts(self) -> list[Mapping[tuple[str, str], Tally]]:
         """Return the units counted in the window by (path, unit), per thread as handed over."""
@@ -202,7 +231,7 @@ class Snapshot(Mapping[str, SectionStats]):
 
         A timer's units are what `Timer.count()` (or `iterate(items=...)`) added in the
         window, on any thread; a count lands in the window open when it is made. Empty when
-        nothing was counted.
+        nothing was counted. In a `partial` window the per-lap rates are NaN.
         """
         rates = self._rates
         if rates is None:
@@ -210,9 +239,15 @@ class Snapshot(Mapping[str, SectionStats]):
             window_s = (self.end_ns - self.start_ns) / 1e9
             peak = self.flops.peak
             costs = flops_of(self._counts, self.flops.per_unit) if totals and peak else None
-            rates = rates_of(totals, self if totals else {}, window_s, costs, peak)
+            times: Mapping[str, SectionStats] = self if totals and not self.partial else {}
+            rates = rates_of(totals, times, window_s, costs, peak)
             self._rates = rates
         return rates
+
+    @property
+    def partial(self) -> bool:
+        """Whether the window holds no whole lap, only parts of laps (`partial_window`)."""
+        return partial_window(self)
 
     def _ready(self) -> None:
         """Add what `reset()` handed over ungrouped, once, before anything is read."""
@@ -303,6 +338,7 @@ class Snapshot(Mapping[str, SectionStats]):
         sep: str = ".",
         *,
         memory: bool = False,
+        system: bool = False,
     ) -> dict[str, float]:
         """Return flat `{prefix}.{path}.{stat}` metrics for an experiment logger.
 
@@ -326,6 +362,11 @@ class Snapshot(Mapping[str, SectionStats]):
         `{prefix}.memory.{figure}` (`timing.memory.device_peak_allocated_bytes`), and in a
         cross-rank window their spread as `{prefix}.memory.{figure}.max_rank`, `.min_rank`,
         `.mean_rank`, `.slowest_rank` (the rank holding the most) and `.fastest_rank`.
+        A window that names a straggler (by its wait sections) adds `{prefix}.straggler.rank`,
+        `.excess_s`, `.share` and `.streak`, `{prefix}.straggler.chronic_rank` and
+        `.chronic_count` when one is chronic, and `{prefix}.{cause path}.straggler_excess_s`.
+        With `system=True` the window's system figures (`Snapshot.system`) are added as
+        `{prefix}.system.{figure}.mean` and `.max` (`timing.system.host_cpu_percent.max`).
 
         Raises:
             ValueError: a statistic that is not one of `METRIC_STATS`, or a `sep` that is empty
@@ -351,6 +392,7 @@ class Snapshot(Mapping[str, SectionStats]):
                         flat[sep.join((name, *parts))] = value
         flat.update(rate_metrics(self.rates, head, sep, levels))
         flat.update(rate_spread_metrics(self.rates_across_ranks or {}, head, sep, levels))
+        flat.update(straggler_metrics(self.straggler, head, sep, levels))
         if memory and self.memory is not None:
             for key, value in self.memory.metrics().items():
                 flat[f"{head}memory{sep}{key}"] = value
@@ -358,6 +400,7 @@ class Snapshot(Mapping[str, SectionStats]):
             for figure, figure_spread in self.memory_across_ranks.items():
                 for key, value in figure_spread.metrics("").items():
                     flat[sep.join((f"{head}memory", f"{figure}_bytes", key[1:]))] = value
+        flat.update(_system_metrics(self.system if system else None, head, sep))
         return flat
 
     def with_spreads(
@@ -383,23 +426,36 @@ class Snapshot(Mapping[str, SectionStats]):
         )
         return reduced
 
-    def diagnosis(self, **overrides: float) -> list[Finding]:
-        """Return what is slow and why, most severe first (see `looptrace._stats.diagnosis`).
+    def diagnosis(self, *, min_severity: str = "warning", **overrides: float) -> list[Finding]:
+        """Return what is slow and why, most severe first (each kind: docs/answers.md).
 
         Each finding has a `kind`, a `severity` (`"critical"`, `"warning"`, `"info"`), the
         `path` and `rank` concerned (or None), a one-line `message` with the numbers, an
-        `action` to try and its `evidence`. A check whose input the window lacks abstains
-        with an `info` finding saying what is missing; a healthy window has no warning.
-        `overrides` replace thresholds by name (`input_bound_warning=0.05`).
+        `action` to try and its `evidence`. Only warnings and worse by default: a healthy
+        window gives an empty list. `min_severity="info"` adds the rest: findings below their
+        warning threshold, and the abstentions of checks whose input the window lacks ("no
+        `data` section: input wait not measured"). `overrides` replace thresholds by name
+        (`input_bound_warning=0.05`).
 
         Raises:
-            ValueError: an unknown threshold, or a value it cannot take.
+            ValueError: an unknown threshold, a value it cannot take, or an unknown severity.
 
         """
-        from looptrace._stats.diagnosis import diagnose  # noqa: PLC0415 - read on demand
+        # The diagnosis is the layer above the statistics: imported on the first call, the one
+        # import of a layer above (docs/architecture.md, the contract in pyproject.toml).
+        from looptrace._diagnosis.diagnosis import findings_of  # noqa: PLC0415
 
-        limits = thresholds({**self.limits, **overrides}) if overrides else self.limits
-        return diagnose(self, self.roles, limits)
+        return findings_of(self, min_severity, overrides)
+
+
+def _system_metrics(system: WindowSystem | None, head: str, sep: str) -> dict[str, float]:
+    """Return `{head}system{sep}{figure}{sep}mean` and `max` of each figure (none: {})."""
+    if system is None:
+        return {}
+    return {
+        sep.join((f"{head}system", *key.split("."))): value
+        for key, value in system.metrics().items()
+    }
 
 
 def _chosen(stats: Iterable[str]) -> tuple[str, ...]:

@@ -13,7 +13,7 @@ several sections", naming the largest. Plain data and plain Python: no torch.
 from __future__ import annotations
 
 import collections
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING
@@ -89,6 +89,8 @@ class Straggler:
         chronic_rank: a rank named straggler in at least `chronic_count` of the last
             `chronic_windows` windows (counted by each rank for itself), or None.
         chronic_count: how many of those windows `chronic_rank` was the straggler in.
+        streak: how many windows in a row, this one last, named this rank the straggler
+            with an effect (`Straggler.effective`); 0 when this window's effect is too small.
 
     """
 
@@ -101,11 +103,23 @@ class Straggler:
     excess_by_path: Mapping[str, float] = field(default_factory=dict)
     chronic_rank: int | None = None
     chronic_count: int = 0
+    streak: int = 0
 
     @property
     def share(self) -> float:
         """The excess as a share of the typical rank's lap time outside wait sections."""
         return self.excess_s / self.typical_s if self.typical_s > 0 else 0.0
+
+    def effective(self, steps: int, limits: Mapping[str, float]) -> bool:
+        """Whether the excess is an effect, not noise: a share of the lap and time per step.
+
+        At least `straggler_warning` of the typical rank's lap time outside wait sections,
+        and at least `straggler_min_excess_s` per step of the window's `steps`.
+        """
+        return (
+            self.share >= limits["straggler_warning"]
+            and self.excess_s / max(1, steps) >= limits["straggler_min_excess_s"]
+        )
 
     def to_dict(self) -> dict[str, object]:
         """Return the straggler as plain data."""
@@ -119,6 +133,7 @@ class Straggler:
             "excess_by_path": dict(self.excess_by_path),
             "chronic_rank": self.chronic_rank,
             "chronic_count": self.chronic_count,
+            "streak": self.streak,
         }
 
     @classmethod
@@ -136,6 +151,7 @@ class Straggler:
             excess_by_path=MappingProxyType({str(k): float(v) for k, v in excess.items()}),  # type: ignore[attr-defined]
             chronic_rank=None if chronic is None else int(chronic),  # type: ignore[call-overload]
             chronic_count=int(data.get("chronic_count") or 0),  # type: ignore[call-overload]
+            streak=int(data.get("streak") or 0),  # type: ignore[call-overload]
         )
 
 
@@ -159,6 +175,61 @@ def cause_of(
         if e > 0 and any(p.rpartition(".")[0] == lap for lap in laps)
     ]
     return None, tuple(sorted(tops, key=lambda p: -excess_by_path[p])[:3])
+
+
+def straggler_metrics(
+    straggler: Straggler | None, head: str, sep: str, levels: Callable[[str], str]
+) -> dict[str, float]:
+    """Return the flat metrics of a window's straggler (see `Snapshot.as_metrics`).
+
+    None where the window names no straggler: no cross-rank window, or no wait section known.
+    """
+    if straggler is None or straggler.by != "wait":
+        return {}
+    name = f"{head}straggler{sep}"
+    flat = {
+        f"{name}rank": float(straggler.rank),
+        f"{name}excess_s": straggler.excess_s,
+        f"{name}share": straggler.share,
+        f"{name}streak": float(straggler.streak),
+    }
+    if straggler.chronic_rank is not None:
+        flat[f"{name}chronic_rank"] = float(straggler.chronic_rank)
+        flat[f"{name}chronic_count"] = float(straggler.chronic_count)
+    if straggler.cause is not None:
+        flat[f"{head}{levels(straggler.cause)}{sep}straggler_excess_s"] = (
+            straggler.excess_by_path.get(straggler.cause, straggler.excess_s)
+        )
+    return flat
+
+
+def window_steps(snapshot: Snapshot) -> int:
+    """Return the laps a window's outermost timers completed: its steps, at least 1."""
+    paths = list(snapshot)
+    return max(1, sum(snapshot[p].count for p in lap_paths(paths)))
+
+
+class StragglerStreaks:
+    """The rank each subtree's recent windows named the straggler with an effect, and how often.
+
+    Every rank computes the same `Straggler` from the same reduced values, so every rank
+    keeps the same streaks without a value more in the reduce.
+    """
+
+    __slots__ = ("_last",)
+
+    def __init__(self) -> None:
+        self._last: dict[str, tuple[int, int]] = {}
+
+    def count(self, subtree: str, rank: int | None) -> int:
+        """Count a window that named `rank` with an effect (None: none); return its streak."""
+        if rank is None:
+            self._last.pop(subtree, None)
+            return 0
+        last, streak = self._last.get(subtree, (rank, 0))
+        streak = streak + 1 if last == rank else 1
+        self._last[subtree] = (rank, streak)
+        return streak
 
 
 class StragglerCount:

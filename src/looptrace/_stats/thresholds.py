@@ -19,16 +19,19 @@ class Threshold:
 
 _OTHER = "share of the window's wall time in other timers, evaluation and checkpoints"
 _EXCESS = "the straggler's excess, of the typical rank's lap time outside wait sections"
+_IDLE = "share of the window a GPU was idle (1 less its mean utilisation; the least busy GPU)"
 _CREEP = "rise of the device's peak allocated over its first window after the warm-up"
 TABLE = (
-    Threshold("input_bound_warning", 0.10, "share of the typical rank's lap spent in `data`"),
-    Threshold("input_bound_critical", 0.20, "share of the typical rank's lap spent in `data`"),
+    Threshold("input_bound_warning", 0.10, "share of the median rank's lap spent in `data`"),
+    Threshold("input_bound_critical", 0.20, "share of the median rank's lap spent in `data`"),
     Threshold("outside_laps_warning", 0.10, _OTHER),
     Threshold("outside_laps_critical", 0.30, _OTHER),
     Threshold("self_time_warning", 0.10, "share of the lap in no section (its self time)"),
     Threshold("self_time_critical", 0.25, "share of the lap in no section (its self time)"),
     Threshold("straggler_warning", 0.10, _EXCESS),
     Threshold("straggler_critical", 0.25, _EXCESS),
+    Threshold("straggler_min_excess_s", 0.002, "the straggler's excess per step, at least"),
+    Threshold("straggler_windows", 2, "windows in a row naming the same straggler to warn"),
     Threshold("straggler_cause", 0.80, "share of the excess one section must explain"),
     Threshold("chronic_count", 6, "windows named straggler, of the last `chronic_windows`"),
     Threshold("chronic_windows", 10, "windows a rank's straggler count looks back over"),
@@ -38,11 +41,37 @@ TABLE = (
     Threshold("warmup_windows", 1, "windows at a run's start that memory creep and drops skip"),
     Threshold("memory_creep_share", 0.10, _CREEP),
     Threshold("memory_creep_gib", 1.0, _CREEP + " (GiB)"),
-    Threshold("memory_pressure_share", 0.92, "the window's peak reserved, of the device's total"),
-    Threshold("throughput_drop_share", 0.10, "a window's units per second below the run's median"),
+    Threshold(
+        "host_creep_gib",
+        0.25,
+        "rise of the host resident memory over its first window "
+        "after the warm-up (GiB; with `memory_creep_share`)",
+    ),
+    Threshold(
+        "memory_pressure_share",
+        0.92,
+        "the window's peak reserved, of the device's total (host: resident, of the limit)",
+    ),
+    Threshold("gpu_idle_warning", 0.50, _IDLE),
+    Threshold("gpu_idle_critical", 0.75, _IDLE),
+    Threshold(
+        "host_cpu_busy", 0.90, "the host's mean CPU use (all cores) that starves an input wait"
+    ),
+    Threshold("system_min_samples", 3, "readings of a system figure a window needs to be judged"),
+    Threshold("throughput_drop_windows", 2, "windows in a row below the level to warn"),
+    Threshold(
+        "throughput_drop_share", 0.10, "a window's units per second below the run's sustained level"
+    ),
 )
 DEFAULTS: Mapping[str, float] = MappingProxyType({t.name: t.default for t in TABLE})
-_WHOLE = ("chronic_count", "chronic_windows", "warmup_windows")
+_WHOLE = (
+    "chronic_count",
+    "chronic_windows",
+    "warmup_windows",
+    "straggler_windows",
+    "throughput_drop_windows",
+    "system_min_samples",
+)
 _ZERO_OK = ("warmup_windows",)
 
 
@@ -69,7 +98,7 @@ def thresholds(overrides: Mapping[str, float] | None = None) -> Mapping[str, flo
             what = "a whole number >= 0" if name in _ZERO_OK else "a positive number"
             raise ValueError(f"thresholds: {name}={value!r} must be {what}")
         chosen[name] = number
-    for kind in ("input_bound", "outside_laps", "self_time", "straggler"):
+    for kind in ("input_bound", "outside_laps", "self_time", "straggler", "gpu_idle"):
         if chosen[f"{kind}_warning"] > chosen[f"{kind}_critical"]:
             raise ValueError(f"thresholds: {kind}_warning is above {kind}_critical")
     if chosen["chronic_count"] > chosen["chronic_windows"]:

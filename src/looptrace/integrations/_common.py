@@ -57,7 +57,7 @@ def checked_stats(names: Iterable[str], owner: str) -> tuple[str, ...]:
         ConfigError: a name that is not one of them, named.
 
     """
-    from looptrace._stats.errors import ConfigError  # noqa: PLC0415
+    from looptrace._base.errors import ConfigError  # noqa: PLC0415
     from looptrace._stats.snapshot import METRIC_STATS  # noqa: PLC0415
 
     chosen = (names,) if isinstance(names, str) else tuple(names)
@@ -76,7 +76,7 @@ def step_of(snapshot: object, step: int | None, owner: str) -> int:
         ConfigError: neither is there.
 
     """
-    from looptrace._stats.errors import ConfigError  # noqa: PLC0415
+    from looptrace._base.errors import ConfigError  # noqa: PLC0415
 
     if step is None:
         step = getattr(snapshot, "step", None)

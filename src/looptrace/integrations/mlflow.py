@@ -17,7 +17,7 @@ import mlflow
 from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
-from looptrace._stats.errors import ConfigError
+from looptrace._base.errors import ConfigError
 from looptrace._stats.snapshot import SectionStats
 from looptrace.integrations._common import DEFAULT_STATS, checked_stats, flat_metrics, step_of
 

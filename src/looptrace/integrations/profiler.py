@@ -9,8 +9,8 @@ no profiler running a section only checks torch's own `_is_profiler_enabled` fla
 
 from __future__ import annotations
 
+from looptrace._base.errors import ConfigError
 from looptrace._core import ranges as _ranges
-from looptrace._stats.errors import ConfigError
 
 __all__ = ["NVTX_TOOL_VARIABLE", "nvtx_ranges", "ranges_active"]
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import wandb
 
-from looptrace._stats.errors import ConfigError
+from looptrace._base.errors import ConfigError
 from looptrace._stats.snapshot import SectionStats
 from looptrace.integrations._common import DEFAULT_STATS, checked_stats, flat_metrics, step_of
 

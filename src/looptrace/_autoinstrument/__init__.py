@@ -1,0 +1,1 @@
+"""The directory `looptrace run` puts first on `PYTHONPATH`: its `sitecustomize` instruments."""

@@ -1,0 +1,102 @@
+"""Count nothing twice: windows and spans reached twice, and ranks claimed by two processes.
+
+A window is known by its writer (the `writer` of its snapshot line, one per process), rank,
+timer and `window` index; a line written before looptrace recorded those by its rank, timer,
+step and start and end times. A span is known by its trace and span ids. The second sight of
+one (a file named twice, a copy in another directory) is left out, and the reader warns once.
+Two writers of one rank (two processes given the same `RANK`) are not duplicates: their
+windows and spans are kept, and the reader names both writers in a warning.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+
+from looptrace._offline.text import one_line
+
+
+class Once:
+    """Tells the first sight of each window or span from a second one; notes each rank's writers."""
+
+    def __init__(self, noun: str, *, in_order: bool = False) -> None:
+        """Count `noun`s; `in_order`: each writer's are read in the order it wrote them.
+
+        In order (`watch` follows files as they grow), a window is told by its writer's
+        latest index alone, so memory is one entry per writer and timer, not per window.
+        """
+        self._noun = noun
+        self._in_order = in_order
+        self._latest: dict[Hashable, int] = {}  # (writer, rank, timer) -> its latest index
+        self._seen: set[Hashable] = set()
+        self._writers: dict[int, dict[str, str | None]] = {}  # rank -> writer -> its host
+        self.duplicates = 0
+        self._said: set[object] = set()  # what `news()` has said
+
+    def first(self, key: Hashable | None, rank: int, writer: str | None, host: str | None) -> bool:
+        """Return whether `key` is seen for the first time (None: it cannot be told apart)."""
+        if writer is not None:
+            writers = self._writers.setdefault(rank, {})
+            if writer not in writers:
+                writers[writer] = host
+        if key is None:
+            return True
+        if self._in_order and isinstance(key, tuple) and len(key) == 4:
+            *who, index = key  # (writer, rank, timer, window index)
+            latest = self._latest.get(tuple(who), -1)
+            if isinstance(index, int) and index <= latest:
+                self.duplicates += 1
+                return False
+            self._latest[tuple(who)] = index if isinstance(index, int) else latest
+            return True
+        if key in self._seen:
+            self.duplicates += 1
+            return False
+        self._seen.add(key)
+        return True
+
+    def warnings(self) -> list[str]:
+        """Return one line per problem found: the duplicates, then each rank with two writers."""
+        lines = []
+        if self.duplicates:
+            plural = "s" if self.duplicates > 1 else ""
+            lines.append(
+                f"{self.duplicates} duplicate {self._noun}{plural} (read twice: a file named "
+                "twice or copied); counted once"
+            )
+        lines += [
+            claimed(rank, writers)
+            for rank, writers in sorted(self._writers.items())
+            if len(writers) > 1
+        ]
+        return lines
+
+    def news(self) -> list[str]:
+        """Return the warnings not said before: the first duplicate, each newly shared rank.
+
+        For a reader that goes on reading (`watch`): each problem is said once, when found.
+        """
+        lines = []
+        if self.duplicates and "duplicates" not in self._said:
+            self._said.add("duplicates")
+            lines.append(
+                f"duplicate {self._noun}s (read twice: a file named twice or copied); each "
+                "counted once"
+            )
+        for rank, writers in sorted(self._writers.items()):
+            if len(writers) > 1 and rank not in self._said:
+                self._said.add(rank)
+                lines.append(claimed(rank, writers))
+        return lines
+
+
+def claimed(rank: int, writers: dict[str, str | None]) -> str:
+    """Return the warning for a rank written by several processes, naming each writer."""
+    named = [
+        f"{one_line(writer, 40)}" + (f" on {one_line(host, 60)}" if host else "")
+        for writer, host in writers.items()
+    ]
+    shown = ", ".join(named[:-1]) + f" and {named[-1]}"
+    return (
+        f"rank {rank} was written by {len(writers)} processes ({shown}): two processes given "
+        "the same RANK? Their records are kept apart, not counted as duplicates"
+    )

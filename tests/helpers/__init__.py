@@ -1,0 +1,1 @@
+"""Helpers of the tests: servers, child processes, runs and shared checks (no tests here)."""
