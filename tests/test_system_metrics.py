@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -118,15 +119,25 @@ def test_the_thread_samples_real_psutil_until_stopped(cap: Capture) -> None:
     assert cap.lt.health().internal_errors == 0
 
 
-def test_a_bad_interval_or_a_missing_gpu_is_refused(cap: Capture) -> None:
-    """`interval_s` below 0.1 and `gpu=True` without NVML raise a ConfigError naming them."""
+def test_a_bad_interval_is_refused(cap: Capture) -> None:
+    """`interval_s` below 0.1 raises a ConfigError naming it."""
     with pytest.raises(ConfigError, match="interval_s"):
         system.SystemSampler(cap.lt, [], interval_s=0.01)
-    try:
-        import pynvml  # noqa: F401
-    except ImportError:
-        with pytest.raises(ConfigError, match="NVML"):
-            system.sample_system(cap.lt, gpu=True)
+
+
+def test_a_missing_gpu_is_refused(cap: Capture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`gpu=True` where NVML cannot start (no `pynvml`) raises a ConfigError naming NVML."""
+    pytest.importorskip("psutil", reason="the system extra is not installed")
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    with pytest.raises(ConfigError, match="NVML"):
+        system.sample_system(cap.lt, gpu=True)
+
+
+def test_a_missing_psutil_is_refused(cap: Capture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`sample_system()` without psutil raises a ConfigError naming the system extra."""
+    monkeypatch.setitem(sys.modules, "psutil", None)
+    with pytest.raises(ConfigError, match=r"psutil.*looptrace\[system\]"):
+        system.sample_system(cap.lt, gpu=False)
 
 
 def _sampled(cap: Capture) -> object:
