@@ -17,7 +17,7 @@ from looptrace._stats.straggler import (
     StragglerStreaks,
     cause_of,
 )
-from looptrace._stats.thresholds import DEFAULTS, markdown_table, thresholds
+from looptrace._stats.thresholds import DEFAULTS, RECENT_WINDOWS, markdown_table, thresholds
 from looptrace.testing import Capture, capture
 
 ABSTAINED = {"abstained": True}
@@ -222,12 +222,14 @@ def test_slow_steps_are_counted_with_the_worst(cap: Capture) -> None:
             cap.clock.advance(1.0 if step == 7 else 0.100)
     timer.stop()
     snap = cap.lt.reset()
-    [found] = [f for f in snap.diagnosis(warmup_windows=0) if f.kind == "slow_steps"]
+    one = snap.diagnosis(warmup_windows=0, slow_steps_windows=1)
+    [found] = [f for f in one if f.kind == "slow_steps"]
     assert (found.severity, found.path, found.evidence) == (
         "warning",
         "root.train",
-        {"slow": 1, "steps": 20, "median_s": pytest.approx(0.1), "worst_s": pytest.approx(1.0)},
-    )
+        {"slow": 1, "steps": 20, "median_s": pytest.approx(0.1), "worst_s": pytest.approx(1.0),
+         "windows_in_a_row": 1},
+    )  # fmt: skip
     assert found.message == (
         "1 of 20 root.train steps took over 3x the median 100 ms; the worst 1 s"
     )
@@ -245,7 +247,7 @@ def test_sub_millisecond_noise_is_not_a_slow_step(cap: Capture) -> None:
         timer.record()
         cap.clock.advance(0.0013 if step == 7 else 0.0002)
     timer.stop()
-    [found] = [f for f in cap.lt.reset().diagnosis() if f.kind == "slow_steps"]
+    [found] = [f for f in cap.lt.reset().diagnosis(slow_steps_windows=1) if f.kind == "slow_steps"]
     assert found.message == (
         "1 of 20 root.train steps took over 3x the median 200 µs; the worst 1.3 ms"
     )
@@ -558,3 +560,48 @@ def test_slow_steps_of_the_warm_up_window_are_info(cap: Capture) -> None:
         for w in windows
     ]
     assert severities == [["info"], ["warning"]]
+
+
+def _slow_window(cap: Capture, slow: int) -> Snapshot:
+    """Run 20 steps of 100 ms, `slow` of them 1 s, and close the window."""
+    timer = cap.lt.timer("train")
+    for step in range(20):
+        timer.record()
+        cap.clock.advance(1.0 if step < slow else 0.100)
+    timer.stop()
+    return cap.lt.reset()
+
+
+def _slow_steps(window: Snapshot, **overrides: float) -> list[tuple[str, Any]]:
+    """Return the window's slow_steps findings as (severity, windows in a row)."""
+    found = window.diagnosis(min_severity="info", **overrides)
+    return [(f.severity, f.evidence["windows_in_a_row"]) for f in found if f.kind == "slow_steps"]
+
+
+def test_slow_steps_in_one_window_only_are_info(cap: Capture) -> None:
+    """A busy machine's burst: 2 slow steps of 20 in one window between quiet ones is info."""
+    windows = [_slow_window(cap, slow) for slow in (0, 0, 2, 0)]
+    assert [_slow_steps(w) for w in windows] == [[], [], [("info", 1)], []]
+
+
+def test_slow_steps_in_two_windows_in_a_row_warn(cap: Capture) -> None:
+    """Slow steps past their share in 2 windows in a row warn; 3 when so set; a quiet one resets."""
+    windows = [_slow_window(cap, slow) for slow in (0, 2, 2, 2, 0, 2)]
+    assert [_slow_steps(w) for w in windows] == [
+        [], [("info", 1)], [("warning", 2)], [("warning", 2)], [], [("info", 1)]
+    ]  # fmt: skip
+    three = [_slow_steps(w, slow_steps_windows=3) for w in windows[1:4]]
+    assert three == [[("info", 1)], [("info", 2)], [("warning", 3)]]
+
+
+def test_the_row_looks_back_over_the_kept_windows_only(cap: Capture) -> None:
+    """The run keeps its latest 8 windows: a row of 9 is seen, a longer one is refused."""
+    windows = [_slow_window(cap, 2) for _ in range(RECENT_WINDOWS + 3)]
+    last = windows[-1]
+    assert _slow_steps(last, slow_steps_windows=RECENT_WINDOWS + 1) == [
+        ("warning", RECENT_WINDOWS + 1)
+    ]
+    assert last.past is not None
+    assert len(last.past.earlier()) == RECENT_WINDOWS
+    with pytest.raises(ValueError, match="slow_steps_windows is above 9"):
+        last.diagnosis(slow_steps_windows=RECENT_WINDOWS + 2)

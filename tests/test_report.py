@@ -390,7 +390,7 @@ def test_the_report_of_a_two_rank_gloo_job_in_chromium(
     assert "Diagnosis findings critical straggler: rank 1 makes the others wait" in text
     assert "over the typical rank; cause root.training.forward (2 of 6 windows)" in text
     assert "input_bound" not in text  # one slow loader of two ranks is rank 1's straggler
-    assert "warning rank 1: slow_steps: 1 of 10 root.training steps took over 3x" in text
+    assert "slow_steps" not in text  # step 13's stall, in one window only, is a burst (info)
 
     slow = page.locator("circle.mark.slow")
     marks = [(slow.nth(i).get_attribute("data-step"), slow.nth(i).get_attribute("data-rank"))

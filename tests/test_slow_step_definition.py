@@ -26,7 +26,9 @@ def test_alternating_fast_and_slow_steps_are_slow_for_both() -> None:
     snapshot = cap.lt.reset()
     cap.lt.shutdown()
     found = [
-        (f.kind, f.path) for f in snapshot.diagnosis(warmup_windows=0) if f.kind == "slow_steps"
+        (f.kind, f.path)
+        for f in snapshot.diagnosis(warmup_windows=0, slow_steps_windows=1)
+        if f.kind == "slow_steps"
     ]
     assert found == [("slow_steps", "root.train")]
     traced = [s for s in cap.finished_spans() if "looptrace.slow_lap" in (s.attributes or {})]

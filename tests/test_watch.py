@@ -295,7 +295,9 @@ def test_a_running_two_rank_gloo_job_is_followed_window_by_window(tmp_path: Path
         "root.training.forward ",
     ]
     middle = text[text.index("step 20 | 4 windows | 2 ranks") : text.index("step 30 | 6 windows")]
-    assert "  warning  rank 1: slow_steps: 1 of 10 root.training steps took over 3x" in middle
+    # the middle window's stalled step, in one window only, is a burst: no slow_steps warning
+    assert "current findings:\n  critical straggler: rank 1 makes the others wait" in middle
+    assert "slow_steps" not in middle
 
 
 def _counting_run(directory: Path, *, rank: int, world_size: int) -> None:

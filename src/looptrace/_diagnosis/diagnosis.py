@@ -24,7 +24,7 @@ from looptrace._stats.straggler import lap_paths, window_steps
 from looptrace._stats.thresholds import thresholds
 
 if TYPE_CHECKING:
-    from looptrace._stats.snapshot import Snapshot
+    from looptrace._stats.snapshot import SectionStats, Snapshot
 
 __all__ = ["KINDS", "SEVERITIES", "Finding", "diagnose", "findings_of", "ranked"]
 
@@ -273,42 +273,81 @@ def _slow_steps(
 ) -> list[Finding]:
     """Count the steps slower than the window's median by the slow-step bar.
 
-    A warm-up window's slow steps are `info`: a run's first steps are slow by nature
-    (allocation, compilation, a DDP model's first buckets).
+    A warning needs slow steps past their share in `slow_steps_windows` windows in a row,
+    this one last (a busy machine's one-window burst is `info`): the earlier windows are the
+    ones the live looptrace kept (`Past.earlier()`); a snapshot without them warns only when
+    one window is asked for. A warm-up window's slow steps are `info`: a run's first steps are
+    slow by nature (allocation, compilation, a DDP model's first buckets).
     """
     past = snapshot.past
     warmup = past is not None and past.window < limits["warmup_windows"]
     out = []
     for lap in laps:
-        stats = snapshot[lap]
-        if stats.count < 2 or stats.p50 <= 0:
+        counted = _slow_count(snapshot, lap, limits)
+        if counted is None or counted[0] == 0:
             continue
-        # (scheduling noise makes sub-millisecond steps a few times slower, harmlessly)
-        bar = max(
-            limits["slow_step_factor"] * stats.p50, stats.p50 + limits["slow_step_min_excess_s"]
-        )
-        lows = (0.0, *snapshot.boundaries)
-        slow = sum(n for low, n in zip(lows, stats.buckets, strict=False) if low >= bar)
-        if stats.max > bar:
-            slow = max(slow, 1)
-        if slow == 0:
-            continue
+        slow, stats = counted
         share = slow / stats.count
-        level = "warning" if share >= limits["slow_steps_warning"] and not warmup else "info"
+        in_a_row = (
+            _windows_in_a_row(snapshot, lap, limits) if share >= limits["slow_steps_warning"] else 0
+        )
+        warns = in_a_row >= limits["slow_steps_windows"] and not warmup
         out.append(
             Finding(
                 "slow_steps",
-                level,
+                "warning" if warns else "info",
                 lap,
                 snapshot.rank,
                 f"{slow} of {stats.count} {lap} steps took over {limits['slow_step_factor']:g}x "
                 f"the median {format_seconds(stats.p50)}; the worst {format_seconds(stats.max)}",
                 "open the slow steps' traces to see which section (where spans are exported, "
                 "the worst 3 of every 60 steps are traced whatever the sampling)",
-                {"slow": slow, "steps": stats.count, "median_s": stats.p50, "worst_s": stats.max},
+                {
+                    "slow": slow,
+                    "steps": stats.count,
+                    "median_s": stats.p50,
+                    "worst_s": stats.max,
+                    "windows_in_a_row": in_a_row,
+                },
             )
         )
     return out
+
+
+def _slow_count(
+    snapshot: Snapshot, lap: str, limits: Mapping[str, float]
+) -> tuple[int, SectionStats] | None:
+    """Return how many of `lap`'s steps in `snapshot` are slow, with its statistics.
+
+    None where the window cannot tell (fewer than 2 steps, no median, or no such lap).
+    """
+    if lap not in snapshot:
+        return None
+    stats = snapshot[lap]
+    if stats.count < 2 or not stats.p50 > 0:
+        return None
+    # (scheduling noise makes sub-millisecond steps a few times slower, harmlessly)
+    bar = max(limits["slow_step_factor"] * stats.p50, stats.p50 + limits["slow_step_min_excess_s"])
+    lows = (0.0, *snapshot.boundaries)
+    slow = sum(n for low, n in zip(lows, stats.buckets, strict=False) if low >= bar)
+    if stats.max > bar:
+        slow = max(slow, 1)
+    return slow, stats
+
+
+def _windows_in_a_row(snapshot: Snapshot, lap: str, limits: Mapping[str, float]) -> int:
+    """Return how many windows in a row, `snapshot` last, had slow `lap` steps past their share.
+
+    It looks back no further than `slow_steps_windows` needs.
+    """
+    in_a_row = 1
+    earlier = [] if snapshot.past is None else snapshot.past.earlier()
+    for window in earlier[: int(limits["slow_steps_windows"]) - 1]:
+        counted = _slow_count(window, lap, limits)
+        if counted is None or counted[0] / counted[1].count < limits["slow_steps_warning"]:
+            break
+        in_a_row += 1
+    return in_a_row
 
 
 _CHECKS: tuple[Callable[[Snapshot, list[str], Roles, Mapping[str, float]], list[Finding]], ...] = (

@@ -1,21 +1,23 @@
 """What a window's diagnosis sees of the run before it: memory since the warm-up, recent rates.
 
-Memory creep and a throughput drop are not in one window: the live looptrace keeps a small,
-bounded history of its windows (`RunHistory`) and hands each closing window a frozen view of
-it (`Past`). Keeping a window costs the closing thread a few references: its units per second
-are summed when a diagnosis first reads them, off the training thread when nobody reads them
-there.
+Memory creep, a throughput drop and slow steps that persist are not in one window: the live
+looptrace keeps a small, bounded history of its windows (`RunHistory`) and hands each closing
+window a frozen view of it (`Past`). Keeping a window costs the closing thread a few
+references: its units per second are summed, and its slow steps counted, when a diagnosis
+first reads them, off the training thread when nobody reads them there.
 """
 
 from __future__ import annotations
 
 import collections
+import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from looptrace._stats.rates import sum_counts
 from looptrace._stats.tally import Tally
+from looptrace._stats.thresholds import RECENT_WINDOWS
 
 if TYPE_CHECKING:
     from looptrace._stats.snapshot import Snapshot
@@ -62,6 +64,9 @@ class Past:
             it has none).
         host_baseline: `(number, bytes)` of the first window with a host resident memory
             after the warm-up, None until there is one.
+        recent: this timer's latest windows before this one, oldest first, at most
+            `RECENT_WINDOWS`, by weak reference (the history holds them; a reference that
+            reads None is a window no longer kept).
 
     """
 
@@ -72,6 +77,17 @@ class Past:
     own: WindowRates
     host_window: int | None = None
     host_baseline: tuple[int, int] | None = None
+    recent: tuple[weakref.ref[Snapshot], ...] = ()
+
+    def earlier(self) -> list[Snapshot]:
+        """Return the latest windows before this one still kept, newest first."""
+        kept = []
+        for ref in reversed(self.recent):
+            snapshot = ref()
+            if snapshot is None:
+                break
+            kept.append(snapshot)
+        return kept
 
 
 class RunHistory:
@@ -83,6 +99,7 @@ class RunHistory:
         "_host_windows",
         "_memory_windows",
         "_rates",
+        "_recent",
         "_windows",
     )
 
@@ -93,6 +110,9 @@ class RunHistory:
         self._baseline: tuple[int, int] | None = None
         self._host_windows = 0
         self._host_baseline: tuple[int, int] | None = None
+        # The latest windows of each timer, held here only: a window's `Past` refers to the
+        # ones before it weakly, so no chain of windows outlives this bound.
+        self._recent: dict[str, collections.deque[Snapshot]] = {}
 
     def add(self, snapshot: Snapshot, warmup: int) -> Past:
         """Keep the closing window `snapshot`; return what its diagnosis sees of the run."""
@@ -120,6 +140,18 @@ class RunHistory:
             self._host_windows += 1
             if self._host_baseline is None and host_window >= warmup:
                 self._host_baseline = (host_window, rss)
+        recent = self._recent.get(subtree)
+        if recent is None:
+            recent = self._recent[subtree] = collections.deque(maxlen=RECENT_WINDOWS)
+        refs = tuple(weakref.ref(kept_window) for kept_window in recent)
+        recent.append(snapshot)
         return Past(
-            window, memory_window, self._baseline, earlier, own, host_window, self._host_baseline
+            window,
+            memory_window,
+            self._baseline,
+            earlier,
+            own,
+            host_window,
+            self._host_baseline,
+            refs,
         )

@@ -131,6 +131,7 @@ class Snapshot(Mapping[str, SectionStats]):
     """
 
     __slots__ = (
+        "__weakref__",  # a later window's `Past` refers to it weakly
         "_counts",
         "_kept",
         "_lock",

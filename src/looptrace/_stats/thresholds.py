@@ -38,6 +38,7 @@ TABLE = (
     Threshold("slow_step_factor", 3.0, "a step slower than this many times the median is slow"),
     Threshold("slow_step_min_excess_s", 0.001, "a slow step also exceeds the median by this much"),
     Threshold("slow_steps_warning", 0.05, "share of the steps that are slow"),
+    Threshold("slow_steps_windows", 2, "windows in a row with slow steps past their share to warn"),
     Threshold("warmup_windows", 1, "windows at a run's start that memory creep and drops skip"),
     Threshold("memory_creep_share", 0.10, _CREEP),
     Threshold("memory_creep_gib", 1.0, _CREEP + " (GiB)"),
@@ -63,12 +64,14 @@ TABLE = (
         "throughput_drop_share", 0.10, "a window's units per second below the run's sustained level"
     ),
 )
+RECENT_WINDOWS = 8  # a run's latest windows of a timer kept for `slow_steps_windows`
 DEFAULTS: Mapping[str, float] = MappingProxyType({t.name: t.default for t in TABLE})
 _WHOLE = (
     "chronic_count",
     "chronic_windows",
     "warmup_windows",
     "straggler_windows",
+    "slow_steps_windows",
     "throughput_drop_windows",
     "system_min_samples",
 )
@@ -81,7 +84,8 @@ def thresholds(overrides: Mapping[str, float] | None = None) -> Mapping[str, flo
     Raises:
         ValueError: an unknown name, a value that is not a positive finite number (a whole
             number for the chronic-straggler counts; `warmup_windows` a whole number that
-            may be 0), or a warning above its critical level.
+            may be 0), a warning above its critical level, or `slow_steps_windows` above
+            the windows a run keeps (`RECENT_WINDOWS` + 1).
 
     """
     chosen = dict(DEFAULTS)
@@ -103,6 +107,11 @@ def thresholds(overrides: Mapping[str, float] | None = None) -> Mapping[str, flo
             raise ValueError(f"thresholds: {kind}_warning is above {kind}_critical")
     if chosen["chronic_count"] > chosen["chronic_windows"]:
         raise ValueError("thresholds: chronic_count is above chronic_windows")
+    if chosen["slow_steps_windows"] > RECENT_WINDOWS + 1:
+        raise ValueError(
+            f"thresholds: slow_steps_windows is above {RECENT_WINDOWS + 1}, "
+            "the windows a run keeps to compare"
+        )
     return MappingProxyType(chosen)
 
 
