@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import signal
 import subprocess
 import sys
@@ -483,3 +484,66 @@ def test_a_stacks_file_nothing_was_written_to_is_removed_at_close(tmp_path: Path
         alarm.close()
     assert not quiet.exists()
     assert dumped.read_bytes().startswith(b"Thread")
+
+
+def test_threads_hung_together_are_told_in_one_record_with_the_stacks_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """20 pool threads hung at once: one ERROR with every step, one stacks reading, a line each."""
+    from looptrace._configure.hang_watchdog import engine_of
+    from looptrace._export.stacks import StackAlarm
+    from looptrace._export.watchdog import Watchdog
+    from looptrace._stats.health import Incidents
+    from looptrace._stats.roles import Roles
+
+    cap = capture()
+    written: list[dict[str, Any]] = []
+    watchdog = Watchdog(
+        engine_of(cap.lt),
+        HangPolicy(factor=10, floor_s=5, repeat_s=5),
+        rank=looptrace.RankInfo(),
+        incidents=Incidents(),
+        roles=Roles,
+        write_line=written.append,
+        alarm=StackAlarm(None, enabled=False),
+    )  # not started: each look below is made by this test
+    pool = cap.lt.timer("pool")
+    entered, release = threading.Barrier(21), threading.Event()
+
+    def worker() -> None:
+        pool.record("wait")
+        entered.wait(30)
+        release.wait(60)
+        pool.stop()
+
+    threads = [threading.Thread(target=worker, name=f"pool-{i}") for i in range(20)]
+    for thread in threads:
+        thread.start()
+    try:
+        entered.wait(30)
+        cap.clock.advance(60.0)
+        with caplog.at_level(logging.WARNING, logger="looptrace"):
+            assert len(watchdog.look() or []) == 20
+            cap.clock.advance(6.0)
+            assert [e.kind for e in watchdog.look() or []] == ["repeat"] * 20
+            release.set()
+            for thread in threads:
+                thread.join(30)
+            assert [e.kind for e in watchdog.look() or []] == ["cleared"] * 20
+    finally:
+        release.set()
+        cap.lt.shutdown()
+    records = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "looptrace"]
+    assert [level for level, _ in records] == ["ERROR", "WARNING", "WARNING"]
+    error = records[0][1]
+    assert "and 19 more steps (below)" in error
+    assert error.count("Also hung:") == 1 and error.count("Python stacks:") == 1
+    assert records[1][1].startswith("looptrace: rank 0 still stuck: step 0 of root.pool open")
+    assert records[1][1].endswith("; and 12 more")
+    assert records[2][1].endswith("; and 12 more (hang cleared)")
+    hangs = [line for line in written if line["kind"] == "looptrace.hang"]
+    assert len(hangs) == 40 and len(written) == 60
+    assert ["stacks" in line for line in hangs[:20]] == [True] + [False] * 19
+    assert {len(line["open"]) for line in hangs[:1]} == {40}  # every thread's step and wait
+    assert [line.get("repeat") for line in hangs[20:]] == [True] * 20
+    assert {line["innermost"] for line in hangs[1:]} == {"root.pool.wait"}

@@ -5,7 +5,9 @@ Nothing runs on the training thread: the watchdog reads every thread's open sect
 once, a `looptrace.hang` line to the snapshot file and one log record (ERROR, logger
 `looptrace`) with the open sections of every thread and every thread's Python stack; then a
 short `looptrace.hang` line with `"repeat": true` (and a WARNING) every `repeat_s` while the
-step stays open, and a `looptrace.hang_cleared` line with its duration when it ends. Between
+step stays open, and a `looptrace.hang_cleared` line with its duration when it ends. Steps
+that one look finds hung together share that record and one reading of the stacks (on the
+first one's line); their repeats and ends are one WARNING per look. Between
 looks it keeps `faulthandler`'s alarm aimed at the next deadline (`StackAlarm`), so a process
 frozen in a C call that holds the GIL, where this thread cannot run, still writes its stacks.
 At shutdown (exit, SIGTERM, Ctrl-C) with a hang standing it writes the open sections once more,
@@ -39,7 +41,8 @@ _log = logging.getLogger("looptrace")
 INTERVAL_S: Final = 1.0  # between two looks: at most one wake-up a second
 GRACE_S: Final = 2.0  # `faulthandler`'s alarm fires this long after a deadline the thread missed
 STOP_WAIT_S: Final = 2.0  # the longest shutdown waits for a look under way
-MAX_LOGGED_SECTIONS: Final = 64  # open sections named in one log record
+MAX_LOGGED_SECTIONS: Final = 64  # open sections (and hung steps) named in one log record
+MAX_SHORT: Final = 8  # steps named in one record of repeats or ends
 
 
 class Watchdog:
@@ -145,8 +148,8 @@ class Watchdog:
                 now = engine.now()
                 sections = read_open(engine.states.all(), now)
                 events = self.policy.look(sections, now)
-                for event in events:
-                    self._report(event, sections, engine.anchor.epoch_ns(now))
+                if events:
+                    self._report(events, sections, engine.anchor.epoch_ns(now))
                 if events and self._push is not None:
                     self._push()
                 self.alarm.arm(self.policy.deadline_ns(sections), now, GRACE_S)
@@ -157,48 +160,60 @@ class Watchdog:
 
     # -- evidence ------------------------------------------------------------------------
 
-    def _report(self, event: HangEvent, sections: list[OpenSection], epoch_ns: int) -> None:
-        key = (event.thread_id, event.path)
-        if event.kind == "cleared":
-            self._standing.pop(key, None)
-        else:
-            inner = _innermost_section(sections, event.thread_id)
-            self._standing[key] = StandingHang(
+    def _report(self, events: list[HangEvent], sections: list[OpenSection], epoch_ns: int) -> None:
+        """Write a line per event, and log what one look found in one record per kind.
+
+        Many threads may hang at once (a pool waiting on one lock): the stacks are read and
+        logged once, in one ERROR record naming every newly hung step; repeats and ends are
+        one WARNING each. The first new hang's line carries the open sections and stacks.
+        """
+        hung = [event for event in events if event.kind == "hang"]
+        stacks = ""
+        if hung:
+            self.alarm.disarm()  # this thread writes the stacks itself
+            stacks = dump_stacks()
+            _log.error("%s", _hang_message(self._rank.rank, hung, sections, stacks))
+        told = False
+        for event in events:
+            self._stand(event, sections)
+            record = self._base(event.kind, epoch_ns)
+            record.update(
                 timer=event.path,
+                thread=event.thread_name,
                 step=event.step,
                 seconds=round(event.seconds, 3),
                 threshold_s=round(event.threshold_s, 3),
-                thread=event.thread_name,
-                innermost=event.path if inner is None else inner.path,
-                innermost_seconds=round(event.seconds if inner is None else inner.seconds, 3),
             )
-        record = self._base(event.kind, epoch_ns)
-        record.update(
+            if event.kind == "hang" and not told:
+                record["open"] = self._open(sections)
+                record["stacks"] = stacks
+                told = True
+            elif event.kind != "cleared":
+                if event.kind == "repeat":
+                    record["repeat"] = True
+                record["innermost"] = _innermost(sections, event.thread_id)
+            self._write(record)
+        for kind, level in (("repeat", logging.WARNING), ("cleared", logging.WARNING)):
+            told_events = [event for event in events if event.kind == kind]
+            if told_events:
+                _log.log(level, "%s", _short_message(self._rank.rank, kind, told_events, sections))
+
+    def _stand(self, event: HangEvent, sections: list[OpenSection]) -> None:
+        """Keep (or drop, once it ended) the event's step among the standing hangs."""
+        key = (event.thread_id, event.path)
+        if event.kind == "cleared":
+            self._standing.pop(key, None)
+            return
+        inner = _innermost_section(sections, event.thread_id)
+        self._standing[key] = StandingHang(
             timer=event.path,
-            thread=event.thread_name,
             step=event.step,
             seconds=round(event.seconds, 3),
             threshold_s=round(event.threshold_s, 3),
+            thread=event.thread_name,
+            innermost=event.path if inner is None else inner.path,
+            innermost_seconds=round(event.seconds if inner is None else inner.seconds, 3),
         )
-        if event.kind == "hang":
-            self.alarm.disarm()  # this thread writes the stacks itself
-            stacks = dump_stacks()
-            record["open"] = self._open(sections)
-            record["stacks"] = stacks
-            _log.error("%s", _hang_message(self._rank.rank, event, sections, stacks))
-        elif event.kind == "repeat":
-            record["repeat"] = True
-            record["innermost"] = _innermost(sections, event.thread_id)
-            _log.warning(
-                "looptrace: rank %d still stuck: step %d of %s open for %.0f s, in %s",
-                self._rank.rank, event.step, event.path, event.seconds, record["innermost"],
-            )  # fmt: skip
-        else:
-            _log.warning(
-                "looptrace: rank %d: step %d of %s ended after %.1f s (hang cleared)",
-                self._rank.rank, event.step, event.path, event.seconds,
-            )  # fmt: skip
-        self._write(record)
 
     def _exit_line(self) -> None:
         engine = self._engine()
@@ -249,12 +264,17 @@ def _innermost(sections: list[OpenSection], thread_id: int) -> str:
     return "" if inner is None else inner.path
 
 
-def _hang_message(rank: int, event: HangEvent, sections: list[OpenSection], stacks: str) -> str:
-    """Return the one log record of a hang: what is open in every thread, then the stacks."""
+def _hang_message(
+    rank: int, hung: list[HangEvent], sections: list[OpenSection], stacks: str
+) -> str:
+    """Return the one log record of a look's new hangs: the steps, what is open, the stacks."""
+    first = hung[0]
     lines = [
-        f"looptrace: rank {rank} hung: step {event.step} of {event.path} (thread "
-        f"{event.thread_name}) open for {event.seconds:.1f} s, past its threshold of "
-        f"{event.threshold_s:.1f} s; open sections:"
+        f"looptrace: rank {rank} hung: step {first.step} of {first.path} (thread "
+        f"{first.thread_name}) open for {first.seconds:.1f} s, past its threshold of "
+        f"{first.threshold_s:.1f} s"
+        + (f", and {len(hung) - 1} more steps (below)" if len(hung) > 1 else "")
+        + "; open sections:"
     ]
     for section in sections[:MAX_LOGGED_SECTIONS]:
         lines.append(
@@ -263,7 +283,41 @@ def _hang_message(rank: int, event: HangEvent, sections: list[OpenSection], stac
         )
     if len(sections) > MAX_LOGGED_SECTIONS:
         lines.append(f"  ... {len(sections) - MAX_LOGGED_SECTIONS} more")
+    if len(hung) > 1:
+        lines.append("Also hung:")
+        lines += [f"  {_step_of(event)}" for event in hung[1:MAX_LOGGED_SECTIONS]]
+        if len(hung) > MAX_LOGGED_SECTIONS:
+            lines.append(f"  ... {len(hung) - MAX_LOGGED_SECTIONS} more")
     lines.append("Python stacks:" if stacks else "Python stacks: (could not be read)")
     if stacks:
         lines.append(stacks.rstrip("\n"))
     return "\n".join(lines)
+
+
+def _short_message(
+    rank: int, kind: str, events: list[HangEvent], sections: list[OpenSection]
+) -> str:
+    """Return the one log record of a look's repeats (`kind` "repeat") or ends ("cleared")."""
+    if kind == "repeat":
+        told = [
+            f"step {e.step} of {e.path} open for {e.seconds:.0f} s, in "
+            f"{_innermost(sections, e.thread_id)}"
+            for e in events[:MAX_SHORT]
+        ]
+        head = f"looptrace: rank {rank} still stuck: "
+    else:
+        told = [
+            f"step {e.step} of {e.path} ended after {e.seconds:.1f} s" for e in events[:MAX_SHORT]
+        ]
+        head = f"looptrace: rank {rank}: "
+    more = f"; and {len(events) - MAX_SHORT} more" if len(events) > MAX_SHORT else ""
+    tail = " (hang cleared)" if kind == "cleared" else ""
+    return head + "; ".join(told) + more + tail
+
+
+def _step_of(event: HangEvent) -> str:
+    """Return a hung step in a few words."""
+    return (
+        f"step {event.step} of {event.path} (thread {event.thread_name}) open for "
+        f"{event.seconds:.1f} s"
+    )
