@@ -19,7 +19,7 @@ import looptrace
 from looptrace._core.open_sections import OpenSection
 from looptrace._export.hang_policy import HangEvent, HangPolicy
 from looptrace.testing import FakeClock, capture
-from tests.helpers.hangs import hang_lines, lines, wait_for
+from tests.helpers.hangs import hang_lines, lines, standing_hangs, wait_for, wait_printed
 from tests.helpers.processes import bare_env
 
 WORKER = Path(__file__).parent / "helpers" / "hang_worker.py"
@@ -266,9 +266,15 @@ def test_a_signal_after_a_hang_writes_the_open_sections_and_cuts_their_spans(
     """SIGTERM or Ctrl-C after a hang: an exit line with the open sections, spans ended as cut."""
     proc, snapshots, spans = _start(tmp_path, "wait")
     try:
-        wait_for(lambda: hang_lines(snapshots), 60, "hang line")
+        wait_printed(proc, b"hanging", 60)  # a busy machine may make a fast step a hang too:
+        wait_for(
+            lambda: standing_hangs(snapshots), 60, "hang line"
+        )  # the signal is sent in the hang
         proc.send_signal(signum)
-        proc.wait(60)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"no exit 60 s after the signal:\n{_kill(proc)[-4000:]}") from None
     finally:
         _kill(proc)
     assert proc.returncode == -signum

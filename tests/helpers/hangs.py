@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import select
 import socket
 import subprocess
 import sys
@@ -41,6 +42,29 @@ def wait_for(find: Callable[[], T | None], timeout_s: float, what: str) -> T:
         if time.monotonic() > deadline:
             raise AssertionError(f"no {what} within {timeout_s} s")
         time.sleep(0.05)
+
+
+def wait_printed(proc: subprocess.Popen[bytes], text: bytes, timeout_s: float) -> None:
+    """Wait until `proc` prints a line holding `text` on its stdout; fail past `timeout_s`."""
+    assert proc.stdout is not None
+    deadline = time.monotonic() + timeout_s
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise AssertionError(f"no {text!r} printed within {timeout_s} s")
+        ready, _, _ = select.select([proc.stdout], [], [], remaining)
+        if ready:
+            line = proc.stdout.readline()
+            if not line:
+                raise AssertionError(f"the process exited before printing {text!r}")
+            if text in line:
+                return
+
+
+def standing_hangs(path: Path) -> list[dict[str, Any]]:
+    """Return the hang lines of a snapshot file whose step no hang_cleared line has ended."""
+    cleared = {line.get("step") for line in hang_lines(path, "looptrace.hang_cleared")}
+    return [line for line in hang_lines(path) if line.get("step") not in cleared]
 
 
 def start_ranks(worker: Path, world: int, args: list[str]) -> list[subprocess.Popen[bytes]]:
