@@ -107,3 +107,11 @@ def _apply(psutil: FakePsutil, nvml: FakeNvml, reading: Reading, *, seconds: flo
 def system_of(file: Path) -> list[dict[str, Any]]:
     """Return the `system` object of each snapshot line of `file` (None where it has none)."""
     return [json.loads(line).get("system") for line in file.read_text().splitlines()]
+
+
+def system_block(printed: str) -> list[str]:
+    """Return the lines of the system block of a summary's output (from `system, ` to a blank)."""
+    lines = printed.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("system, "))
+    end = next((i for i in range(start, len(lines)) if not lines[i].strip()), len(lines))
+    return lines[start:end]

@@ -129,8 +129,10 @@ def system_block(windows: Sequence[Window]) -> list[str]:
 def system_line(windows: Sequence[Window]) -> str | None:
     """Return one line of the CPU, memory and GPU figures of the windows (a rank's latest each).
 
-    `system: cpu 93% (host 97%) · rss 1.2 GiB (host available 30.5 GiB) · gpu0 41% (9.8 GiB)`;
-    with several ranks each figure is the mean of the ranks that have it. None: no figure to show.
+    `system: cpu 93% (host 97%) · rss 1.2 GiB (30.5 GiB available) · gpu0 41% (9.8 GiB)`: the
+    process's CPU and resident memory, the host's CPU and available memory, each GPU's
+    utilisation and memory used; with several ranks each figure is the mean of the ranks that
+    have it. None: no figure to show.
     """
     found = {figure.name: figure for figure in figures(windows)}
     parts = []
@@ -144,7 +146,7 @@ def system_line(windows: Sequence[Window]) -> str | None:
     if RSS in found:
         memory = f"rss {format_bytes(found[RSS].mean)}"
         if AVAILABLE in found:
-            memory += f" (host available {format_bytes(found[AVAILABLE].mean)})"
+            memory += f" ({format_bytes(found[AVAILABLE].mean)} available)"
         parts.append(memory)
     for name, figure in found.items():
         match = GPU_UTILIZATION.fullmatch(name)
