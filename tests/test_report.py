@@ -22,7 +22,6 @@ from looptrace.testing import FakeClock, capture
 from .helpers.browser import chromium
 from .helpers.runs import record_run
 
-
 DEMO_FINDING = (  # the demo's checkpoint and eval sections have their roles by their names
     "Diagnosis findings critical outside_laps: 37% of the window's 17.942 s goes to other work "
     "than root.training's steps (root.training.checkpoint 3.713 s, root.training.eval 2.980 s) "

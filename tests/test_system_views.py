@@ -41,7 +41,10 @@ def two_ranks(directory: Path) -> list[Path]:
         ),
         record_system_run(
             directory,
-            [[Reading(300, 25, rss=2 * GIB), Reading(300, 75, rss=2 * GIB)], [Reading(0, 50, rss=2 * GIB)]],
+            [
+                [Reading(300, 25, rss=2 * GIB), Reading(300, 75, rss=2 * GIB)],
+                [Reading(0, 50, rss=2 * GIB)],
+            ],
             rank=1,
             world_size=2,
         ),
@@ -126,7 +129,13 @@ def test_the_reader_checks_the_system_figures(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("size", "text"),
-    [(0, "0 B"), (1023, "1023 B"), (1536, "1.5 KiB"), (5 * 2**20, "5.0 MiB"), (3 * 2**40, "3072.0 GiB")],
+    [
+        (0, "0 B"),
+        (1023, "1023 B"),
+        (1536, "1.5 KiB"),
+        (5 * 2**20, "5.0 MiB"),
+        (3 * 2**40, "3072.0 GiB"),
+    ],
 )
 def test_sizes_read_in_binary_units(size: float, text: str) -> None:
     """Bytes below 1 KiB as they are, then KiB, MiB and GiB with one decimal."""
