@@ -36,7 +36,7 @@ HEIGHT = 180
 
 
 class SystemRow(NamedTuple):
-    """A row of the system table: its first order, and its (sort key, text) cells."""
+    """A row of the system table: its place in the first order, and its (sort key, text) cells."""
 
     order: str
     figure: str

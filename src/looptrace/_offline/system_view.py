@@ -131,35 +131,40 @@ def system_line(windows: Sequence[Window]) -> str | None:
 
     `system: cpu 93% (host 97%) · rss 1.2 GiB (30.5 GiB available) · gpu0 41% (9.8 GiB)`: the
     process's CPU and resident memory, the host's CPU and available memory, each GPU's
-    utilisation and memory used; with several ranks each figure is the mean of the ranks that
-    have it. None: no figure to show.
+    utilisation and memory used; with several ranks each figure is the mean of the means of
+    the ranks that have it. None: no figure to show.
     """
-    found = {figure.name: figure for figure in figures(windows)}
+    found = {figure.name: _rank_mean(figure) for figure in figures(windows)}
     parts = []
     if PROCESS_CPU in found:
-        cpu = f"cpu {format_figure(PROCESS_CPU, found[PROCESS_CPU].mean)}"
+        cpu = f"cpu {format_figure(PROCESS_CPU, found[PROCESS_CPU])}"
         if HOST_CPU in found:
-            cpu += f" (host {format_figure(HOST_CPU, found[HOST_CPU].mean)})"
+            cpu += f" (host {format_figure(HOST_CPU, found[HOST_CPU])})"
         parts.append(cpu)
     elif HOST_CPU in found:
-        parts.append(f"host cpu {format_figure(HOST_CPU, found[HOST_CPU].mean)}")
+        parts.append(f"host cpu {format_figure(HOST_CPU, found[HOST_CPU])}")
     if RSS in found:
-        memory = f"rss {format_bytes(found[RSS].mean)}"
+        memory = f"rss {format_bytes(found[RSS])}"
         if AVAILABLE in found:
-            memory += f" ({format_bytes(found[AVAILABLE].mean)} available)"
+            memory += f" ({format_bytes(found[AVAILABLE])} available)"
         parts.append(memory)
-    for name, figure in found.items():
+    for name, mean in found.items():
         match = GPU_UTILIZATION.fullmatch(name)
         if match is None:
             continue
-        gpu = f"gpu{match[1]} {format_figure(name, figure.mean)}"
         used = found.get(f"gpu{match[1]}_memory_used_bytes")
-        parts.append(gpu + (f" ({format_bytes(used.mean)})" if used is not None else ""))
+        memory = "" if used is None else f" ({format_bytes(used)})"
+        parts.append(f"gpu{match[1]} {format_figure(name, mean)}{memory}")
     if not parts:
         return None
-    ranks = {rank for figure in found.values() for rank in figure.ranks}
+    ranks = {window.rank for window in windows if window.system}
     which = f" (mean of {len(ranks)} ranks)" if len(ranks) > 1 else ""
     return f"system{which}: " + " · ".join(parts)
+
+
+def _rank_mean(figure: Figure) -> float:
+    """Return the mean of the ranks' means of a figure."""
+    return math.fsum(stats.mean for stats in figure.ranks.values()) / len(figure.ranks)
 
 
 def window_x(window: Window, index: int) -> int:
