@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import html
 import re
-import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -20,19 +19,8 @@ from looptrace._offline.report_svg import MAX_POINTS, segments, timeline
 from looptrace._offline.span_records import load_spans
 from looptrace.testing import FakeClock, capture
 
+from .helpers.browser import chromium
 from .helpers.runs import record_run
-
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-    "--disable-sync",
-]
-
 
 DEMO_FINDING = (  # the demo's checkpoint and eval sections have their roles by their names
     "Diagnosis findings critical outside_laps: 37% of the window's 17.942 s goes to other work "
@@ -230,16 +218,8 @@ def test_traced_steps_far_apart_are_not_joined_by_a_line() -> None:
 @pytest.fixture(scope="module")
 def browser() -> Any:
     """Yield a headless Chromium (the system's; never a downloaded one)."""
-    if not Path(CHROMIUM).exists() and not shutil.which("chromium"):
-        pytest.skip(f"no Chromium at {CHROMIUM}: apt-get install chromium")
-    playwright = pytest.importorskip("playwright.sync_api")
-    with playwright.sync_playwright() as driver:
-        chromium = driver.chromium.launch(
-            executable_path=CHROMIUM if Path(CHROMIUM).exists() else shutil.which("chromium"),
-            args=CHROMIUM_ARGS,
-        )
-        yield chromium
-        chromium.close()
+    with chromium() as launched:
+        yield launched
 
 
 @pytest.mark.slow

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -11,8 +12,9 @@ from typing import Any
 import pytest
 
 from looptrace._cli import main
-from looptrace._offline.run import run_environment
+from looptrace._offline.run import _print_results, run_environment
 from tests.helpers.processes import bare_env, run_ranks
+from tests.helpers.system_runs import Reading, record_system_run, system_block
 
 pytest.importorskip("torch", reason="the torch extra is not installed")
 
@@ -51,7 +53,7 @@ def test_a_script_with_no_looptrace_line_gets_its_sections_and_the_summary(
     assert main(["run", "--out", str(folder), "--", sys.executable, *script]) == 0
     printed = capsys.readouterr().out
     assert "root.train" in printed
-    assert "snapshots.jsonl host_rss_bytes: " in printed  # the system figures, sampled
+    assert re.search(r"^  host_rss_bytes +\d", printed, re.M)  # the system figures, sampled
     assert f"looptrace report {folder / 'spans.jsonl'} {folder / 'snapshots.jsonl'}" in printed
     found = windows(folder / "snapshots.jsonl")
     counts = {
@@ -75,21 +77,20 @@ def test_zero_code_sections_agree_with_hand_timed_ones_within_two_percent(tmp_pa
     assert agree == dict.fromkeys(SECTIONS, True), (zero, timed)
 
 
-def test_the_system_lines_escape_and_skip_what_they_cannot_read(tmp_path: Path) -> None:
-    """A figure's name from the file is escaped; a record without figures adds nothing."""
-    from looptrace._offline.run import system_lines
-
-    file = tmp_path / "snapshots.jsonl"
-    windows = [
-        {"system": {"cpu\x1b[31m": {"mean": 10.0, "max": 30.0, "samples": 2}}},
-        {"system": {"cpu\x1b[31m": {"mean": 20.0, "max": 25.0, "samples": 2}}},
-        {"stats": {}},
-        {"system": {"bad": {"mean": "x"}}},
-    ]
-    file.write_text("".join(json.dumps(w) + "\n" for w in windows))
-    (line,) = system_lines([file])
-    assert line.endswith(": 15 mean, 30 max")
-    assert "\x1b" not in line
+def test_the_run_prints_the_summary_with_its_system_block(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`looptrace run`'s end print is the summary's: the same system block, names escaped."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    record_system_run(folder, [[Reading(50, 25), Reading(150, 75)]], extra={"fan\x1b[": 1.5})
+    _print_results(folder)
+    printed = capsys.readouterr().out
+    assert main(["summary", str(folder / "snapshots.jsonl")]) == 0
+    summary = system_block(capsys.readouterr().out)
+    assert system_block(printed) == summary
+    assert summary[-1] == "  fan\\x1b[                  1.5      1.5"
+    assert "\x1b" not in printed
 
 
 def test_run_without_a_command_is_refused(capsys: pytest.CaptureFixture[str]) -> None:

@@ -2,7 +2,8 @@
 
 Statistics come from snapshot (or flat metrics) windows when there are any, since they count
 every lap; span files add the laps of traced steps (the step timeline) and each traced step's
-spans across ranks (its waterfall).
+spans across ranks (its waterfall). Windows with system figures add them per rank and over
+the steps (`system_view.system_series`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from looptrace._offline.inputs import expand_inputs
 from looptrace._offline.palette import LEGEND, OTHER
 from looptrace._offline.reader import METRICS, SNAPSHOTS, SPANS, InputError, JsonLinesFile, Warn
 from looptrace._offline.summary import Summary, summarize_spans, summarize_windows
+from looptrace._offline.system_view import SystemSeries, system_series
 from looptrace._offline.table import tree_paths
 from looptrace._offline.throughput import job_rates, peak_memory
 from looptrace._offline.window_records import Window, load_windows
@@ -73,6 +75,7 @@ class ReportData:
     diagnosed: int = 0  # the snapshot windows whose findings were read (0: no snapshot file)
     hang: str | None = None  # the hang lines' verdict across ranks (None: no rank hung)
     run_steps: tuple[int, int] | None = None  # the first and last step the windows hold
+    system: SystemSeries | None = None  # the windows' sampled system figures (None: none)
 
     @property
     def ranks(self) -> list[int]:
@@ -166,6 +169,7 @@ def _compute(
     )
     data.waterfalls, data.waterfall_note = _waterfalls(spans, laps)
     data.run_steps = _run_steps(windows)
+    data.system = system_series(windows)
     data.wall_s = _wall(windows, spans, summary, timer)
     return data
 

@@ -12,12 +12,14 @@ from looptrace._base.units import format_seconds
 from looptrace._offline import report_svg as svg
 from looptrace._offline.report_data import MAX_HEATMAP_RANKS, ReportData, excess_over_median
 from looptrace._offline.report_jinja import environment
+from looptrace._offline.report_system import system_section
 from looptrace._offline.table import tree_paths
 
 SLOWEST = 5
 FINDINGS = 20  # findings listed; the rest are counted
 HEATMAP_SECTIONS = 12
 HEAD = ("section", "count", "mean", "p50", "p99", "total", "% parent", "self")
+SYSTEM_HEAD = ("figure", "rank", "mean", "max", "samples")
 
 
 class _Slow(NamedTuple):
@@ -75,6 +77,8 @@ def render(data: ReportData, made_by: str) -> str:
             for step, spans in sorted(data.waterfalls.items())
         ],
         waterfall_note=data.waterfall_note,
+        system=None if data.system is None else system_section(data.system),
+        system_head=SYSTEM_HEAD,
         payload={
             "hover": hover,
             "waterfalls": sorted(data.waterfalls),

@@ -38,7 +38,7 @@ SLOW_COLOUR = "#d62728"
 OCCASIONAL_COLOUR = "#ff7f0e"
 MAX_POINTS = 20_000  # timeline points drawn; beyond, min and max per bucket of steps
 WIDTH = 1000
-_LEFT, _RIGHT, _TOP, _BOTTOM = 70, 20, 12, 28
+LEFT, RIGHT, TOP, BOTTOM = 70, 20, 12, 28
 
 
 def colours(sections: Sequence[str]) -> dict[str, str]:
@@ -51,7 +51,8 @@ def short(path: str, timer: str) -> str:
     return path[len(timer) + 1 :] if path.startswith(timer + ".") else path
 
 
-def _f(value: float) -> str:
+def px(value: float) -> str:
+    """Return a coordinate as the charts write it: one decimal."""
     return f"{value:.1f}"
 
 
@@ -85,7 +86,7 @@ class _LogAxis:
     def y(self, seconds: float) -> float:
         value = max(seconds, self.low)
         share = math.log10(value / self.low) / math.log10(self.high / self.low)
-        return _TOP + (1 - share) * self.height
+        return TOP + (1 - share) * self.height
 
     def ticks(self) -> list[float]:
         ticks, tick = [], self.low
@@ -95,14 +96,14 @@ class _LogAxis:
         return ticks
 
 
-class _Tick(NamedTuple):
+class Tick(NamedTuple):
     """A y-axis line at `y` with its label."""
 
     y: str
     label: str
 
 
-class _Line(NamedTuple):
+class Line(NamedTuple):
     """A rank's polyline through `points` ("x,y x,y"), or a dot at `points` where `dot`."""
 
     dot: bool
@@ -133,8 +134,8 @@ def timeline(data: ReportData) -> tuple[Markup, dict[str, object], str]:
     usual distance between them (steps not traced) are not joined.
     """
     height = 240
-    inner_h = height - _TOP - _BOTTOM
-    inner_w = WIDTH - _LEFT - _RIGHT
+    inner_h = height - TOP - BOTTOM
+    inner_w = WIDTH - LEFT - RIGHT
     series: dict[int, list[tuple[int, float]]]
     note = ""
     if data.laps:
@@ -160,10 +161,10 @@ def timeline(data: ReportData) -> tuple[Markup, dict[str, object], str]:
     axis = _LogAxis(values, inner_h)
 
     def x(step: float) -> float:
-        return _LEFT + (step - first) / span * inner_w
+        return LEFT + (step - first) / span * inner_w
 
     lines = [
-        _line([(x(step), axis.y(s)) for step, s in segment], colour, f"rank {rank}")
+        rank_line([(x(step), axis.y(s)) for step, s in segment], colour, f"rank {rank}")
         for index, (rank, points) in enumerate(series.items())
         for colour in [RANK_PALETTE[index % len(RANK_PALETTE)]]
         for segment in segments(points)
@@ -179,14 +180,14 @@ def timeline(data: ReportData) -> tuple[Markup, dict[str, object], str]:
             )
             label = f"step {lap.step}, rank {lap.rank}: {format_seconds(lap.seconds)}, {what}"
             colour = SLOW_COLOUR if kind == "slow" else OCCASIONAL_COLOUR
-            x_at, y_at = _f(x(lap.step)), _f(axis.y(lap.seconds))
+            x_at, y_at = px(x(lap.step)), px(axis.y(lap.seconds))
             marks.append(_Mark(kind, lap.step, lap.rank, x_at, y_at, colour, label))
     svg = render(
         "timeline.svg.j2",
-        width=WIDTH, height=height, first=first, last=last, left=_LEFT, right=WIDTH - _RIGHT,
-        top=_TOP, inner_w=inner_w, inner_h=inner_h,
-        y_ticks=[_Tick(_f(axis.y(t)), format_seconds(t)) for t in axis.ticks()],
-        x_ticks=[(_f(x(step)), step) for step in _step_ticks(first, last)],
+        width=WIDTH, height=height, first=first, last=last, left=LEFT, right=WIDTH - RIGHT,
+        top=TOP, inner_w=inner_w, inner_h=inner_h,
+        y_ticks=[Tick(px(axis.y(t)), format_seconds(t)) for t in axis.ticks()],
+        x_ticks=[(px(x(step)), step) for step in step_ticks(first, last)],
         lines=lines, marks=marks,
     )  # fmt: skip
     hover: dict[str, object] = {
@@ -199,13 +200,13 @@ def timeline(data: ReportData) -> tuple[Markup, dict[str, object], str]:
     return svg, hover, note
 
 
-def _line(points: Sequence[tuple[float, float]], colour: str, title: str) -> _Line:
+def rank_line(points: Sequence[tuple[float, float]], colour: str, title: str) -> Line:
     """Return a polyline through `points` (x, y), or a dot where there is one point only."""
     if len(points) == 1:  # a traced step with no neighbour near it
         x, y = points[0]
-        return _Line(True, "", _f(x), _f(y), colour, title)
-    path = " ".join(f"{_f(x)},{_f(y)}" for x, y in points)
-    return _Line(False, path, "", "", colour, title)
+        return Line(True, "", px(x), px(y), colour, title)
+    path = " ".join(f"{px(x)},{px(y)}" for x, y in points)
+    return Line(False, path, "", "", colour, title)
 
 
 def segments(points: Sequence[tuple[int, float]]) -> list[list[tuple[int, float]]]:
@@ -226,7 +227,7 @@ def segments(points: Sequence[tuple[int, float]]) -> list[list[tuple[int, float]
     return found
 
 
-def _step_ticks(first: int, last: int) -> list[int]:
+def step_ticks(first: int, last: int) -> list[int]:
     span = max(1, last - first)
     raw = span / 8
     magnitude = 10 ** math.floor(math.log10(raw)) if raw >= 1 else 1
@@ -252,26 +253,26 @@ def shares(data: ReadableShares, colour_of: Mapping[str, str], timer: str) -> Ma
     if not bars:
         return render("shares.svg.j2", boxes=None)
     height = 220
-    inner_h = height - _TOP - _BOTTOM
-    inner_w = WIDTH - _LEFT - _RIGHT
+    inner_h = height - TOP - BOTTOM
+    inner_w = WIDTH - LEFT - RIGHT
     width = inner_w / len(bars)
-    grid = [_Tick(_f(_TOP + (1 - share) * inner_h), f"{share:.0%}") for share in _SHARE_TICKS]
+    grid = [Tick(px(TOP + (1 - share) * inner_h), f"{share:.0%}") for share in _SHARE_TICKS]
     boxes = []
     for index, (label, values) in enumerate(bars):
         bottom = 0.0
-        left = _LEFT + index * width
+        left = LEFT + index * width
         for name, share in values.items():
             if share <= 0:
                 continue
             top = bottom + share
-            y, tall = _f(_TOP + (1 - top) * inner_h), _f(share * inner_h)
+            y, tall = px(TOP + (1 - top) * inner_h), px(share * inner_h)
             colour = colour_of.get(name, OTHER_COLOUR)
             title = f"{label}: {short(name, timer)} {share:.1%}"
-            boxes.append(_Box(_f(left + 0.5), y, _f(max(0.5, width - 1)), tall, colour, title))
+            boxes.append(_Box(px(left + 0.5), y, px(max(0.5, width - 1)), tall, colour, title))
             bottom = top
     return render(
         "shares.svg.j2",
-        width=WIDTH, height=height, left=_LEFT, right=WIDTH - _RIGHT, grid=grid, boxes=boxes,
+        width=WIDTH, height=height, left=LEFT, right=WIDTH - RIGHT, grid=grid, boxes=boxes,
         first=bars[0][0], last=bars[-1][0],
     )  # fmt: skip
 
@@ -303,7 +304,7 @@ def heatmap(
     largest = max((abs(v) for row in excess.values() for v in row.values()), default=0.0)
     cell_w, cell_h, label_w, head_h = 82, 18, 70, 64
     columns = [
-        (_f(label_w + column * cell_w + cell_w / 2), short(path, timer))
+        (px(label_w + column * cell_w + cell_w / 2), short(path, timer))
         for column, path in enumerate(sections)
     ]
     rows = []
@@ -324,7 +325,7 @@ def heatmap(
             )
             x = str(label_w + column * cell_w)
             cells.append(_Box(x, str(y), str(cell_w - 1), str(cell_h - 1), colour, text))
-        rows.append((rank, y, _f(y + cell_h / 2), cells))
+        rows.append((rank, y, px(y + cell_h / 2), cells))
     return render(
         "heatmap.svg.j2",
         width=label_w + cell_w * len(sections), height=head_h + cell_h * len(ranks),
@@ -358,7 +359,7 @@ def waterfall(
     depth = _depths(spans)
     ordered = sorted(spans, key=lambda s: (s.rank, s.start_ns, depth[s.span_id]))
     label_w, row_h = 230, 16
-    inner_w = WIDTH - label_w - _RIGHT
+    inner_w = WIDTH - label_w - RIGHT
     bars = []
     for row, span in enumerate(ordered):
         y = 20 + row * row_h
@@ -370,13 +371,13 @@ def waterfall(
             f"starts at +{format_seconds(start / 1e9)}" + (", error" if span.error else "")
         )
         colour = _span_colour(span.path, colour_of, timer)
-        box = _Box(_f(left), str(y + 2), _f(width), str(row_h - 4), colour, text)
+        box = _Box(px(left), str(y + 2), px(width), str(row_h - 4), colour, text)
         indent = Markup("\u2003" * depth[span.span_id])  # em spaces, shown as they are
-        bars.append(_Bar(span.rank, indent, span.name, _f(y + row_h / 2), box, span.error))
+        bars.append(_Bar(span.rank, indent, span.name, px(y + row_h / 2), box, span.error))
     return render(
         "waterfall.svg.j2",
         step=step, width=WIDTH, height=20 + row_h * len(ordered), label_w=label_w,
-        right=WIDTH - _RIGHT, length=format_seconds(length / 1e9), bars=bars,
+        right=WIDTH - RIGHT, length=format_seconds(length / 1e9), bars=bars,
     )  # fmt: skip
 
 

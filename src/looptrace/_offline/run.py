@@ -3,14 +3,14 @@
 The program (or `torchrun ... train.py`, whose every rank is instrumented) runs with a
 directory first on `PYTHONPATH` whose `sitecustomize` configures looptrace and patches torch
 at interpreter start (`looptrace.integrations.auto`). Its files go to a run folder; at the
-end the summary of the windows and the commands that look further are printed.
+end the summary of the windows (the sampled system figures under its table, as `looptrace
+summary` prints them) and the commands that look further are printed.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import os
 import shlex
 import subprocess
@@ -118,32 +118,6 @@ def _can_write_spans() -> bool:
     return importlib.util.find_spec("opentelemetry.exporter.otlp.proto.common") is not None
 
 
-def system_lines(files: list[Path]) -> list[str]:
-    """Return a line per file and system figure: the mean of its windows' means, max of maxes."""
-    lines = []
-    for file in files:
-        figures: dict[str, tuple[list[float], float]] = {}
-        try:
-            records = [json.loads(line) for line in file.read_text().splitlines() if line]
-        except (OSError, ValueError):
-            continue
-        for record in records:
-            system = record.get("system") if isinstance(record, dict) else None
-            for name, stats in (system or {}).items():
-                try:
-                    mean, top = float(stats["mean"]), float(stats["max"])
-                except (KeyError, TypeError, ValueError):
-                    continue
-                means, most = figures.get(name, ([], top))
-                figures[name] = ([*means, mean], max(most, top))
-        for name, (means, top) in sorted(figures.items()):
-            average = sum(means) / len(means)
-            lines.append(
-                f"  {escaped(file.name)} {escaped(name)}: {average:.4g} mean, {top:.4g} max"
-            )
-    return lines
-
-
 def _print_results(folder: Path) -> None:
     """Print the summary of the run folder's windows and the commands that show more."""
     from looptrace._offline.commands import run_summary  # noqa: PLC0415 - at the end only
@@ -156,10 +130,6 @@ def _print_results(folder: Path) -> None:
     names = [str(path) for path in snapshots]
     print()
     run_summary(argparse.Namespace(files=names, rank=None, since_step=None))
-    system = system_lines(snapshots)
-    if system:
-        print("\nsystem (per rank file: mean of the windows' means, max of their maxes):")
-        print("\n".join(system))
     inputs = " ".join(shlex.quote(str(path)) for path in [*spans, *snapshots])
     report = shlex.quote(str(folder / "report.html"))
     print(f"\nFiles: {escaped(str(folder))}/")

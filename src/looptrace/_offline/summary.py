@@ -5,7 +5,8 @@ snapshot or flat metrics files, windows are merged: totals and self time over ev
 (a section still running when a window closed puts its time so far there), counts, mean, min,
 max, standard deviation and buckets over the intervals that ended, each whole, exactly;
 quantiles of several windows are estimated from each window's min, p50, p90, p99 and max
-(exact for one window).
+(exact for one window). Windows with system figures add their block under the table
+(`system_view.system_block`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 from looptrace._base.units import format_seconds
 from looptrace._offline.mixture import mixture_quantiles
 from looptrace._offline.reader import InputError
+from looptrace._offline.system_view import system_block
 from looptrace._offline.table import render_table
 from looptrace._offline.text import escaped
 from looptrace._offline.throughput import job_rate_lines, memory_line, throughput_lines
@@ -55,6 +57,8 @@ class Summary:
     spread: dict[str, tuple[float, float, int]] | None = None
     # Throughput and memory lines (`throughput.py`), printed under the table.
     counted: tuple[str, ...] = ()
+    # The system figures' block (`system_view.py`), printed under those.
+    system: tuple[str, ...] = ()
 
 
 class _Record(Protocol):
@@ -140,6 +144,7 @@ def summarize_windows(windows: Sequence[Window]) -> Summary:
             *job_rate_lines(windows),
             *filter(None, [memory_line(windows)]),
         ),
+        system=tuple(system_block(windows)),
     )
 
 
@@ -198,6 +203,8 @@ def render_summary(summary: Summary) -> str:
     parts = [summary.description, "", render_table(summary.combined, extra)]
     if summary.counted:
         parts += ["", *summary.counted]
+    if summary.system:
+        parts += ["", *summary.system]
     if notes:
         parts += ["", *notes]
     return "\n".join(parts)

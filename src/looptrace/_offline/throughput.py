@@ -6,6 +6,7 @@ import math
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 
+from looptrace._base.units import format_bytes
 from looptrace._offline.text import escaped
 from looptrace._offline.window_records import Window
 from looptrace._stats.spread import RateSpread
@@ -75,7 +76,7 @@ def peak_memory(windows: Sequence[Window]) -> tuple[str, str] | None:
             worst[key] = max(worst.get(key, 0), value)
     for key, what in (("device_peak_allocated", "device peak"), ("host_peak_rss", "host peak")):
         if key in worst:
-            return _bytes(worst[key]), what
+            return format_bytes(worst[key]), what
     return None
 
 
@@ -147,10 +148,10 @@ def memory_line(windows: Sequence[Window]) -> str | None:
             summed[key] += value
     parts = []
     if "host_peak_rss" in worst:
-        parts.append(f"host peak resident {_bytes(worst['host_peak_rss'])}")
+        parts.append(f"host peak resident {format_bytes(worst['host_peak_rss'])}")
     for key in _DEVICE_PEAKS:
         if key in worst:
-            parts.append(f"{key.replace('_', ' ')} {_bytes(worst[key])}")
+            parts.append(f"{key.replace('_', ' ')} {format_bytes(worst[key])}")
     for key, name in _DEVICE_COUNTS:
         if key in summed:
             parts.append(f"{name} {summed[key]}")
@@ -180,13 +181,3 @@ def format_count(value: float) -> str:
     if math.isnan(value):
         return "-"
     return f"{value:,.0f}" if value >= 100 or value == int(value) else f"{value:,.1f}"
-
-
-def _bytes(n: int) -> str:
-    """Return a size in binary units (`1.5 GiB`)."""
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{size:.1f} GiB"

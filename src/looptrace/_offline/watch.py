@@ -5,11 +5,12 @@ is reopened from its start. The view (a `rich` live display) shows per section t
 p99 of the latest window of each rank, its share of the lap, and with several ranks the slowest
 rank and its excess over the median rank; a header line counts steps, windows and ranks, the
 steps per second and the units per second the main timer counted, and a rank whose file has
-been silent for three of its windows' durations is marked stale. A partial window (the tail
-of one lap, at the end of a run) replaces no rank's latest window and is not counted. Files
-that are not snapshot files are warned about when named, and passed over in silence when a
-directory or a glob reaches them (a run's folder holds its span files too). Needs the `files`
-extra.
+been silent for three of its windows' durations is marked stale; a line under it shows the
+system figures of the latest windows (CPU, memory, GPUs) where they were sampled. A partial
+window (the tail of one lap, at the end of a run) replaces no rank's latest window and is not
+counted. Files that are not snapshot files are warned about when named, and passed over in
+silence when a directory or a glob reaches them (a run's folder holds its span files too).
+Needs the `files` extra.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from looptrace._offline.keys import Keys
 from looptrace._offline.palette import LEGEND, OTHER, colour_of, colours
 from looptrace._offline.reader import SNAPSHOTS, Warn, kind_of, line_kind
 from looptrace._offline.report_data import children_of, main_timer
+from looptrace._offline.system_view import system_line
 from looptrace._offline.table import tree_paths
 from looptrace._offline.text import escaped, one_line
 from looptrace._offline.throughput import format_count, job_rates
@@ -260,7 +262,9 @@ def view(state: WatchState, now: float) -> Group:
         row = _row(path, timer, latest)[: len(columns) - 1]
         name = "  " * depth + (path[len(parent) + 1 :] if parent else path)
         table.add_row(Text(escaped(name), style=colour_of(path, coloured) or ""), *row)
-    return Group(header, table, _findings(list(latest.values())))
+    system = system_line(list(latest.values()))  # the sampled CPU, memory and GPUs
+    lines = [header, *([] if system is None else [Text(system)])]
+    return Group(*lines, table, _findings(list(latest.values())))
 
 
 def _findings(latest: list[Window]) -> Text:

@@ -17,6 +17,7 @@ from looptrace._offline.rate_spread import rate_spreads
 from looptrace._offline.reader import FLAT_KEY, SNAPSHOTS, JsonLinesFile, Warn, read_all, reading
 from looptrace._stats.snapshot import SectionStats
 from looptrace._stats.spread import RateSpread
+from looptrace._stats.system_figures import FigureStats
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +38,7 @@ class Window:
     memory: dict[str, int] | None = None  # the measured figures of `memory`, bytes
     rates_spread: dict[tuple[str, str], RateSpread] | None = None  # `rates_across_ranks`
     writer: str | None = None  # the process that wrote it (`writer` of the snapshot line)
+    system: dict[str, FigureStats] | None = None  # the sampled figures of `system`, by name
     key: tuple[object, ...] | None = None  # what tells it from every other window (None: unknown)
 
 
@@ -123,6 +125,7 @@ def _snapshot(record: dict[str, Any]) -> Window:
         memory=_memory(record.get("memory")),
         rates_spread=rate_spreads(record.get("rates_across_ranks")),
         writer=writer if isinstance(writer, str) else None,
+        system=_system(record.get("system")),
         key=key,
     )
 
@@ -187,6 +190,31 @@ def _memory(value: object) -> dict[str, int] | None:
     if not isinstance(value, dict):
         raise TypeError("memory is not an object")
     return {str(k): _whole(v, f"memory {k}") for k, v in value.items() if v is not None}
+
+
+def _system(value: object) -> dict[str, FigureStats] | None:
+    """Return the figures of a `system` object: per name a finite mean and max, samples >= 1."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise TypeError("system is not an object")
+    figures = {}
+    for name, stats in value.items():
+        if not isinstance(stats, dict):
+            raise TypeError(f"system figure {name!r} is not an object")
+        mean, top = _finite(stats.get("mean"), name), _finite(stats.get("max"), name)
+        samples = _whole(stats.get("samples"), f"samples of system figure {name!r}")
+        if samples < 1:
+            raise ValueError(f"system figure {name!r} has no sample")
+        figures[str(name)] = FigureStats(mean, top, samples)
+    return figures or None
+
+
+def _finite(value: object, name: str) -> float:
+    """Return a system figure's mean or max: a finite number."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise TypeError(f"system figure {name!r} has a mean or max that is not a finite number")
+    return float(value)
 
 
 def _steps(value: object) -> tuple[int, int] | None:

@@ -81,7 +81,8 @@
   }
 
   // Sort a table by a column; a cell without data-v (the section) restores the tree order.
-  document.querySelectorAll('table.sortable th').forEach(function (th, i) {
+  document.querySelectorAll('table.sortable th').forEach(function (th) {
+    var i = th.cellIndex;
     th.addEventListener('click', function () {
       var body = th.closest('table').tBodies[0];
       var rows = Array.prototype.slice.call(body.rows);
