@@ -1,19 +1,21 @@
 """`looptrace compare`: did a change make training slower? Two sets of snapshot files, per path.
 
-Each window of each rank is one sample. Per path the command compares the mean of the
-windows' p50 (as a relative change) and of the windows' share of the main timer's lap (in
-percentage points), each with a 95 % bootstrap interval: the windows of each side resampled
-with replacement, a fixed seed, so the same files always give the same answer. A path is a
-regression beyond PCT when its p50 grew by more than PCT and the interval excludes zero, and
-only where there is evidence enough to judge it: at least `min_windows` windows a side and a
-change of its time per lap of at least `min_impact` % of the main timer's lap. The paths whose
-p50 grew beyond PCT without that evidence are listed with the reason.
+Per path the command compares the mean of the windows' p50 (as a relative change) and of the
+windows' share of the main timer's lap (in percentage points), each with a 95 % bootstrap
+interval over ranks (`resample`): each rank's windows summed, the ranks of each side resampled
+with replacement, or, where one rank ran the path, moving blocks of its windows; a fixed seed,
+so the same files always give the same answer. A path is a regression beyond PCT when its p50
+grew by more than PCT and the interval excludes zero, and only where there is evidence enough
+to judge it: at least `min_windows` windows a side and a change of its time per lap of at least
+`min_impact` % of the main timer's lap. The units a resample draws are at least two by
+construction (two ranks, or two blocks of one rank's windows), so windows are the one count the
+gate asks for. The paths whose p50 grew beyond PCT without that evidence are listed with the
+reason.
 """
 
 from __future__ import annotations
 
 import math
-import random
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
@@ -21,16 +23,15 @@ from looptrace._base.units import format_seconds
 from looptrace._offline.inputs import expand_inputs
 from looptrace._offline.reader import SPANS, InputError, JsonLinesFile, Warn, open_inputs
 from looptrace._offline.report_data import main_timer
+from looptrace._offline.resample import RESAMPLES, Resampler, units
 from looptrace._offline.summary import merge_windows
 from looptrace._offline.text import escaped
 from looptrace._offline.window_records import Window, load_windows
 from looptrace._stats.partial import partial_window
 
-RESAMPLES = 1000
 LEVEL = 0.95
 MIN_WINDOWS = 3  # windows a side before a path can fail the gate
 MIN_IMPACT_PCT = 1.0  # of the main timer's lap: a smaller change cannot fail the gate
-_SEED = 0
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,8 @@ class PathChange:
     flagged: bool = False
     impact_pct: float = math.nan  # `impact_s` as a share of the baseline's lap, in %
     unjudged: str = ""  # why the gate could not judge the path ("": it could)
+    base_ranks: int = 0  # ranks whose windows ran the path (1: the interval resamples blocks)
+    cand_ranks: int = 0
 
 
 def load_side(name: str, warn: Warn) -> list[Window]:
@@ -100,11 +103,19 @@ def compare(
     """Return the main timer and the change of every path, largest impact first."""
     gate = max_regression if isinstance(max_regression, Gate) else Gate(max_regression)
     timer = main_timer(merge_windows(base))
-    rng = random.Random(_SEED)
+    before, after = _samples(base, timer), _samples(cand, timer)
+    resampler = Resampler()
+    lap_s = _mean([s[2] for s in _flat(before.get(timer, {}))])
     paths = sorted({p for w in (*base, *cand) for p, s in w.stats.items() if s.count})
-    lap_s = _mean([s[2] for s in _samples(base, timer, timer)])
     changes = [
-        _change(path, timer, base=base, cand=cand, rng=rng, gate=gate, lap_s=lap_s)
+        _change(
+            path,
+            before.get(path, {}),
+            after.get(path, {}),
+            resampler=resampler,
+            gate=gate,
+            lap_s=lap_s,
+        )
         for path in paths
     ]
     changes.sort(key=lambda c: (-_abs_or_zero(c.impact_s), c.path))
@@ -115,19 +126,30 @@ def _abs_or_zero(value: float) -> float:
     return 0.0 if math.isnan(value) else abs(value)
 
 
-def _samples(windows: Sequence[Window], path: str, timer: str) -> list[tuple[float, float, float]]:
-    """Return `(p50, share of the lap, time per lap)` of each window that ran `path`."""
-    samples = []
+Sample = tuple[float, float, float]  # a window's p50, share of the lap and time per lap
+ByRank = dict[int, list[Sample]]  # a path's samples by rank, each rank's in window order
+
+
+def _samples(windows: Sequence[Window], timer: str) -> dict[str, ByRank]:
+    """Return `(p50, share of the lap, time per lap)` of each window, by path and rank."""
+    samples: dict[str, ByRank] = {}
     for window in windows:
-        stats, lap = window.stats.get(path), window.stats.get(timer)
-        if stats is None or not stats.count or math.isnan(stats.p50):
-            continue
-        share = per_lap = math.nan
-        if lap is not None and lap.count and lap.total > 0 and not math.isnan(stats.total):
-            share = stats.total / lap.total
-            per_lap = stats.total / lap.count
-        samples.append((stats.p50, share, per_lap))
+        lap = window.stats.get(timer)
+        lap_known = lap is not None and lap.count and lap.total > 0
+        for path, stats in window.stats.items():
+            if not stats.count or math.isnan(stats.p50):
+                continue
+            share = per_lap = math.nan
+            if lap is not None and lap_known and not math.isnan(stats.total):
+                share = stats.total / lap.total
+                per_lap = stats.total / lap.count
+            by_rank = samples.setdefault(path, {})
+            by_rank.setdefault(window.rank, []).append((stats.p50, share, per_lap))
     return samples
+
+
+def _flat(by_rank: ByRank) -> list[Sample]:
+    return [sample for samples in by_rank.values() for sample in samples]
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -135,33 +157,26 @@ def _mean(values: Sequence[float]) -> float:
     return math.fsum(known) / len(known) if known else math.nan
 
 
+def _ratio(before: float, after: float) -> float:
+    return 100 * (after / before - 1) if before > 0 else math.nan
+
+
+def _points(before: float, after: float) -> float:
+    return 100 * (after - before)
+
+
 def _change(
-    path: str,
-    timer: str,
-    *,
-    base: Sequence[Window],
-    cand: Sequence[Window],
-    rng: random.Random,
-    gate: Gate,
-    lap_s: float,
+    path: str, before: ByRank, after: ByRank, *, resampler: Resampler, gate: Gate, lap_s: float
 ) -> PathChange:
-    before, after = _samples(base, path, timer), _samples(cand, path, timer)
-    p50_b, p50_a = [s[0] for s in before], [s[0] for s in after]
-    share_b, share_a = [s[1] for s in before], [s[1] for s in after]
-
-    def ratio(b: Sequence[float], a: Sequence[float]) -> float:
-        low = _mean(b)
-        return 100 * (_mean(a) / low - 1) if low > 0 else math.nan
-
-    def points(b: Sequence[float], a: Sequence[float]) -> float:
-        return 100 * (_mean(a) - _mean(b))
-
-    p50_change = ratio(p50_b, p50_a) if before and after else math.nan
-    p50_low, p50_high = _interval(p50_b, p50_a, ratio, rng)
-    share_low, share_high = _interval(share_b, share_a, points, rng)
-    impact = _mean([s[2] for s in after]) - _mean([s[2] for s in before])
+    flat_b, flat_a = _flat(before), _flat(after)
+    p50_b, p50_a = _mean([s[0] for s in flat_b]), _mean([s[0] for s in flat_a])
+    share_b, share_a = _mean([s[1] for s in flat_b]), _mean([s[1] for s in flat_a])
+    p50_change = _ratio(p50_b, p50_a)
+    p50_low, p50_high = _interval(before, after, 0, _ratio, resampler)
+    share_low, share_high = _interval(before, after, 1, _points, resampler)
+    impact = _mean([s[2] for s in flat_a]) - _mean([s[2] for s in flat_b])
     impact_pct = 100 * impact / lap_s if lap_s > 0 else math.nan
-    unjudged = gate.why_not(min(len(before), len(after)), impact_pct)
+    unjudged = gate.why_not(min(len(flat_b), len(flat_a)), impact_pct)
     flagged = (
         gate.max_regression is not None
         and not unjudged
@@ -171,41 +186,42 @@ def _change(
     )
     return PathChange(
         path=path,
-        base_p50=_mean(p50_b),
-        cand_p50=_mean(p50_a),
+        base_p50=p50_b,
+        cand_p50=p50_a,
         p50_change_pct=p50_change,
         p50_low_pct=p50_low,
         p50_high_pct=p50_high,
-        base_share_pct=100 * _mean(share_b),
-        cand_share_pct=100 * _mean(share_a),
-        share_change_pp=points(share_b, share_a),
+        base_share_pct=100 * share_b,
+        cand_share_pct=100 * share_a,
+        share_change_pp=_points(share_b, share_a),
         share_low_pp=share_low,
         share_high_pp=share_high,
         impact_s=impact,
-        base_windows=len(before),
-        cand_windows=len(after),
+        base_windows=len(flat_b),
+        cand_windows=len(flat_a),
         flagged=flagged,
         impact_pct=impact_pct,
         unjudged=unjudged,
+        base_ranks=len(before),
+        cand_ranks=len(after),
     )
 
 
 def _interval(
-    before: Sequence[float],
-    after: Sequence[float],
-    statistic: Callable[[Sequence[float], Sequence[float]], float],
-    rng: random.Random,
+    before: ByRank,
+    after: ByRank,
+    field: int,
+    statistic: Callable[[float, float], float],
+    resampler: Resampler,
 ) -> tuple[float, float]:
-    """Return the bootstrap interval of `statistic`; NaN with fewer than 2 windows a side."""
-    before = [v for v in before if not math.isnan(v)]
-    after = [v for v in after if not math.isnan(v)]
-    if len(before) < 2 or len(after) < 2:
+    """Return the bootstrap interval of `statistic` of one field; NaN with under 2 values a side."""
+    units_b = units([[s[field] for s in samples] for samples in before.values()])
+    units_a = units([[s[field] for s in samples] for samples in after.values()])
+    if units_b is None or units_a is None:
         return math.nan, math.nan
-    values = sorted(
-        statistic(rng.choices(before, k=len(before)), rng.choices(after, k=len(after)))
-        for _ in range(RESAMPLES)
-    )
-    values = [v for v in values if not math.isnan(v)]
+    means_b = resampler.means("base", units_b)
+    means_a = resampler.means("candidate", units_a)
+    values = sorted(v for v in map(statistic, means_b, means_a) if not math.isnan(v))
     if not values:
         return math.nan, math.nan
     tail = (1 - LEVEL) / 2
@@ -259,7 +275,8 @@ def render(timer: str, changes: Sequence[PathChange], max_regression: float | No
     lines.append("")
     lines.append(
         f"share: of a lap of {escaped(timer)}; per lap: the change of the section's time per lap; "
-        f"intervals: {LEVEL:.0%} bootstrap over windows ({RESAMPLES} resamples)"
+        f"intervals: {LEVEL:.0%} bootstrap over ranks (one rank: blocks of its windows), "
+        f"{RESAMPLES} resamples"
     )
     flagged = [c for c in changes if c.flagged]
     if max_regression is not None:
