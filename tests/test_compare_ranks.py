@@ -15,7 +15,12 @@ from typing import Any
 import pytest
 
 from looptrace._cli import main
+from looptrace._offline.compare import _main_timer
+from looptrace._offline.report_data import main_timer
 from looptrace._offline.resample import Resampler, block_length, units
+from looptrace._offline.summary import merge_windows
+from looptrace._offline.window_records import Window
+from looptrace._stats.snapshot import SectionStats
 
 from .helpers.runs import record_run
 
@@ -173,3 +178,28 @@ def test_a_rank_of_many_windows_is_one_unit_of_the_resample() -> None:
     without = sum(mean == 0.0 for mean in means) / len(means)
     assert 0.28 < without < 0.40  # resampling windows: rank 0 in every resample
     assert Resampler().means("base", sample) == means  # the fixed seed
+
+
+def _stats(count: int, total: float) -> SectionStats:
+    mean = total / count if count else math.nan
+    return SectionStats(count, total, mean, mean, mean, 0.0, mean, mean, mean, 0.0, 0, ())
+
+
+def test_the_main_timer_is_the_one_of_the_merged_windows() -> None:
+    """Without merging quantiles: 50 drawn sets of windows give `main_timer(merge_windows)`."""
+    rng = random.Random(5)
+    paths = ["root.a", "root.a.b", "root.c", "root.c.d", "root.e.f", "root.g"]
+    for _ in range(50):
+        windows = [
+            Window(
+                rank,
+                None,
+                None,
+                {
+                    path: _stats(rng.choice([0, 2, 3]), rng.choice([1.0, 2.0, math.nan]))
+                    for path in rng.sample(paths, rng.randint(1, len(paths)))
+                },
+            )
+            for rank in range(rng.randint(1, 4))
+        ]
+        assert _main_timer(windows) == main_timer(merge_windows(windows))

@@ -17,17 +17,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from looptrace._base.units import format_seconds
 from looptrace._offline.inputs import expand_inputs
 from looptrace._offline.reader import SPANS, InputError, JsonLinesFile, Warn, open_inputs
 from looptrace._offline.report_data import main_timer
 from looptrace._offline.resample import RESAMPLES, Resampler, units
-from looptrace._offline.summary import merge_windows
 from looptrace._offline.text import escaped
 from looptrace._offline.window_records import Window, load_windows
 from looptrace._stats.partial import partial_window
+from looptrace._stats.snapshot import SectionStats
 
 LEVEL = 0.95
 MIN_WINDOWS = 3  # windows a side before a path can fail the gate
@@ -102,11 +102,10 @@ def compare(
 ) -> tuple[str, list[PathChange]]:
     """Return the main timer and the change of every path, largest impact first."""
     gate = max_regression if isinstance(max_regression, Gate) else Gate(max_regression)
-    timer = main_timer(merge_windows(base))
-    before, after = _samples(base, timer), _samples(cand, timer)
+    timer = _main_timer(base)
+    before, after = _columns(base, timer), _columns(cand, timer)
     resampler = Resampler()
-    lap_s = _mean([s[2] for s in _flat(before.get(timer, {}))])
-    paths = sorted({p for w in (*base, *cand) for p, s in w.stats.items() if s.count})
+    lap_s = _known_mean(before.get(timer, {}), PER_LAP)[0]
     changes = [
         _change(
             path,
@@ -116,45 +115,86 @@ def compare(
             gate=gate,
             lap_s=lap_s,
         )
-        for path in paths
+        for path in sorted(before.keys() | after.keys())
     ]
     changes.sort(key=lambda c: (-_abs_or_zero(c.impact_s), c.path))
     return timer, changes
+
+
+def _main_timer(windows: Sequence[Window]) -> str:
+    """Return `main_timer` of the windows merged, from the outermost paths' laps and time."""
+    paths = set[str]().union(*(window.stats.keys() for window in windows))
+    merged = {}  # the count and total of `merge_windows`, without merging every quantile
+    for path in sorted(paths):
+        if _has_ancestor(path, paths):
+            continue
+        parts = [stats for window in windows if (stats := window.stats.get(path)) is not None]
+        times = _known_sum([part.total for part in parts])[0]
+        count = sum(part.count for part in parts)
+        merged[path] = replace(SectionStats.empty(total=times), count=count)
+    return main_timer(merged)
+
+
+def _has_ancestor(path: str, paths: set[str]) -> bool:
+    head = path.rpartition(".")[0]
+    while head:
+        if head in paths:
+            return True
+        head = head.rpartition(".")[0]
+    return False
 
 
 def _abs_or_zero(value: float) -> float:
     return 0.0 if math.isnan(value) else abs(value)
 
 
-Sample = tuple[float, float, float]  # a window's p50, share of the lap and time per lap
-ByRank = dict[int, list[Sample]]  # a path's samples by rank, each rank's in window order
+P50, SHARE, PER_LAP = range(3)  # a window's p50, share of the main timer's lap, time per lap
+Columns = tuple[list[float], list[float], list[float]]  # a rank's, in window order
+ByRank = dict[int, Columns]  # a path's columns by rank
 
 
-def _samples(windows: Sequence[Window], timer: str) -> dict[str, ByRank]:
-    """Return `(p50, share of the lap, time per lap)` of each window, by path and rank."""
-    samples: dict[str, ByRank] = {}
+def _columns(windows: Sequence[Window], timer: str) -> dict[str, ByRank]:
+    """Return the p50, share of the lap and time per lap of each window, by path and rank."""
+    table: dict[tuple[str, int], Columns] = {}
+    nan = math.nan
     for window in windows:
         lap = window.stats.get(timer)
-        lap_known = lap is not None and lap.count and lap.total > 0
+        lap_total = lap_count = nan  # NaN: no share, no time per lap
+        if lap is not None and lap.count and lap.total > 0:
+            lap_total, lap_count = lap.total, lap.count
         for path, stats in window.stats.items():
-            if not stats.count or math.isnan(stats.p50):
+            if not stats.count:
                 continue
-            share = per_lap = math.nan
-            if lap is not None and lap_known and not math.isnan(stats.total):
-                share = stats.total / lap.total
-                per_lap = stats.total / lap.count
-            by_rank = samples.setdefault(path, {})
-            by_rank.setdefault(window.rank, []).append((stats.p50, share, per_lap))
-    return samples
+            columns = table.get((path, window.rank))
+            if columns is None:
+                columns = table[path, window.rank] = ([], [], [])
+            if math.isnan(stats.p50):  # rare: the window says nothing of the path
+                columns[P50].append(nan)
+                columns[SHARE].append(nan)
+                columns[PER_LAP].append(nan)
+                continue
+            columns[P50].append(stats.p50)
+            columns[SHARE].append(stats.total / lap_total)
+            columns[PER_LAP].append(stats.total / lap_count)
+    by_path: dict[str, ByRank] = {}
+    for (path, rank), columns in table.items():
+        by_path.setdefault(path, {})[rank] = columns
+    return by_path
 
 
-def _flat(by_rank: ByRank) -> list[Sample]:
-    return [sample for samples in by_rank.values() for sample in samples]
+def _known_sum(values: list[float]) -> tuple[float, int]:
+    """Return the exact sum and the count of the values that are not NaN (NaN, 0: none is)."""
+    total = math.fsum(values)
+    if math.isnan(total):  # rare: a window without a lap of the main timer
+        values = [v for v in values if not math.isnan(v)]
+        total = math.fsum(values) if values else math.nan
+    return total, len(values)
 
 
-def _mean(values: Sequence[float]) -> float:
-    known = [v for v in values if not math.isnan(v)]
-    return math.fsum(known) / len(known) if known else math.nan
+def _known_mean(by_rank: ByRank, column: int) -> tuple[float, int]:
+    """Return the mean and the count of one column's known values over every rank's windows."""
+    total, count = _known_sum([v for columns in by_rank.values() for v in columns[column]])
+    return (total / count if count else math.nan), count
 
 
 def _ratio(before: float, after: float) -> float:
@@ -168,15 +208,14 @@ def _points(before: float, after: float) -> float:
 def _change(
     path: str, before: ByRank, after: ByRank, *, resampler: Resampler, gate: Gate, lap_s: float
 ) -> PathChange:
-    flat_b, flat_a = _flat(before), _flat(after)
-    p50_b, p50_a = _mean([s[0] for s in flat_b]), _mean([s[0] for s in flat_a])
-    share_b, share_a = _mean([s[1] for s in flat_b]), _mean([s[1] for s in flat_a])
+    (p50_b, windows_b), (p50_a, windows_a) = _known_mean(before, P50), _known_mean(after, P50)
+    share_b, share_a = _known_mean(before, SHARE)[0], _known_mean(after, SHARE)[0]
     p50_change = _ratio(p50_b, p50_a)
-    p50_low, p50_high = _interval(before, after, 0, _ratio, resampler)
-    share_low, share_high = _interval(before, after, 1, _points, resampler)
-    impact = _mean([s[2] for s in flat_a]) - _mean([s[2] for s in flat_b])
+    p50_low, p50_high = _interval(before, after, P50, _ratio, resampler)
+    share_low, share_high = _interval(before, after, SHARE, _points, resampler)
+    impact = _known_mean(after, PER_LAP)[0] - _known_mean(before, PER_LAP)[0]
     impact_pct = 100 * impact / lap_s if lap_s > 0 else math.nan
-    unjudged = gate.why_not(min(len(flat_b), len(flat_a)), impact_pct)
+    unjudged = gate.why_not(min(windows_b, windows_a), impact_pct)
     flagged = (
         gate.max_regression is not None
         and not unjudged
@@ -197,8 +236,8 @@ def _change(
         share_low_pp=share_low,
         share_high_pp=share_high,
         impact_s=impact,
-        base_windows=len(flat_b),
-        cand_windows=len(flat_a),
+        base_windows=windows_b,
+        cand_windows=windows_a,
         flagged=flagged,
         impact_pct=impact_pct,
         unjudged=unjudged,
@@ -215,8 +254,8 @@ def _interval(
     resampler: Resampler,
 ) -> tuple[float, float]:
     """Return the bootstrap interval of `statistic` of one field; NaN with under 2 values a side."""
-    units_b = units([[s[field] for s in samples] for samples in before.values()])
-    units_a = units([[s[field] for s in samples] for samples in after.values()])
+    units_b = units([columns[field] for columns in before.values()])
+    units_a = units([columns[field] for columns in after.values()])
     if units_b is None or units_a is None:
         return math.nan, math.nan
     means_b = resampler.means("base", units_b)

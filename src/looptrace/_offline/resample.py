@@ -18,6 +18,7 @@ interval), then read with `operator.itemgetter` and summed in C.
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 from collections.abc import Callable, Sequence
@@ -40,20 +41,26 @@ class Units:
     ranks: int  # ranks that hold the values (1: the units are blocks of windows)
 
 
-def units(by_rank: Sequence[Sequence[float]]) -> Units | None:
+def units(by_rank: Sequence[list[float]]) -> Units | None:
     """Return the units of each rank's values (NaN dropped), or None for fewer than 2 values."""
-    known = [kept for values in by_rank if (kept := [v for v in values if not math.isnan(v)])]
-    if sum(map(len, known)) < 2:
+    sums, counts, kept = [], [], []
+    for values in by_rank:
+        total = math.fsum(values)
+        if math.isnan(total):  # rare: drop the NaN values
+            values = [v for v in values if not math.isnan(v)]  # noqa: PLW2901
+            total = math.fsum(values)
+        if values:
+            sums.append(total)
+            counts.append(len(values))
+            kept.append(values)
+    if sum(counts) < 2:
         return None
-    if len(known) > 1:
-        return Units([math.fsum(v) for v in known], [len(v) for v in known], len(known), len(known))
-    values = known[0]
+    if len(kept) > 1:
+        return Units(sums, counts, len(kept), len(kept))
+    values = kept[0]
     length = block_length(len(values))
-    prefix = [0.0]
-    for value in values:
-        prefix.append(prefix[-1] + value)
-    starts = range(len(values) - length + 1)
-    sums = [prefix[start + length] - prefix[start] for start in starts]
+    prefix = [0.0, *itertools.accumulate(values)]
+    sums = [prefix[start + length] - prefix[start] for start in range(len(values) - length + 1)]
     return Units(sums, [length] * len(sums), math.ceil(len(values) / length), 1)
 
 
