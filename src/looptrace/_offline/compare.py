@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
+from itertools import chain
 
 from looptrace._base.units import format_seconds
 from looptrace._offline.inputs import expand_inputs
@@ -155,31 +156,41 @@ ByRank = dict[int, Columns]  # a path's columns by rank
 
 def _columns(windows: Sequence[Window], timer: str) -> dict[str, ByRank]:
     """Return the p50, share of the lap and time per lap of each window, by path and rank."""
-    table: dict[tuple[str, int], Columns] = {}
-    nan = math.nan
+    ranks: dict[int, list[Window]] = {}
+    for window in windows:
+        ranks.setdefault(window.rank, []).append(window)
+    by_path: dict[str, ByRank] = {}
+    for rank, own in ranks.items():
+        for path, rows in _rows(own, timer).items():
+            p50s, shares, per_laps = map(list, zip(*rows, strict=True))
+            by_path.setdefault(path, {})[rank] = (p50s, shares, per_laps)
+    return by_path
+
+
+_UNKNOWN = (math.nan, math.nan, math.nan)
+
+
+def _rows(windows: Sequence[Window], timer: str) -> dict[str, list[tuple[float, float, float]]]:
+    """Return the `(p50, share of the lap, time per lap)` of each window, by path."""
+    rows: dict[str, list[tuple[float, float, float]]] = {}
     for window in windows:
         lap = window.stats.get(timer)
-        lap_total = lap_count = nan  # NaN: no share, no time per lap
+        lap_total = lap_count = math.nan  # NaN: no share, no time per lap
         if lap is not None and lap.count and lap.total > 0:
             lap_total, lap_count = lap.total, lap.count
         for path, stats in window.stats.items():
             if not stats.count:
                 continue
-            columns = table.get((path, window.rank))
-            if columns is None:
-                columns = table[path, window.rank] = ([], [], [])
-            if math.isnan(stats.p50):  # rare: the window says nothing of the path
-                columns[P50].append(nan)
-                columns[SHARE].append(nan)
-                columns[PER_LAP].append(nan)
-                continue
-            columns[P50].append(stats.p50)
-            columns[SHARE].append(stats.total / lap_total)
-            columns[PER_LAP].append(stats.total / lap_count)
-    by_path: dict[str, ByRank] = {}
-    for (path, rank), columns in table.items():
-        by_path.setdefault(path, {})[rank] = columns
-    return by_path
+            p50 = stats.p50
+            row = (p50, stats.total / lap_total, stats.total / lap_count)
+            if math.isnan(p50):  # rare: the window says nothing of the path
+                row = _UNKNOWN
+            known = rows.get(path)
+            if known is None:
+                rows[path] = [row]
+            else:
+                known.append(row)
+    return rows
 
 
 def _known_sum(values: list[float]) -> tuple[float, int]:
@@ -193,7 +204,7 @@ def _known_sum(values: list[float]) -> tuple[float, int]:
 
 def _known_mean(by_rank: ByRank, column: int) -> tuple[float, int]:
     """Return the mean and the count of one column's known values over every rank's windows."""
-    total, count = _known_sum([v for columns in by_rank.values() for v in columns[column]])
+    total, count = _known_sum(list(chain.from_iterable(c[column] for c in by_rank.values())))
     return (total / count if count else math.nan), count
 
 
