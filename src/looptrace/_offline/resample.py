@@ -44,15 +44,15 @@ class Units:
 def units(by_rank: Sequence[list[float]]) -> Units | None:
     """Return the units of each rank's values (NaN dropped), or None for fewer than 2 values."""
     sums, counts, kept = [], [], []
-    for values in by_rank:
-        total = math.fsum(values)
+    for own in by_rank:
+        total = math.fsum(own)
         if math.isnan(total):  # rare: drop the NaN values
-            values = [v for v in values if not math.isnan(v)]  # noqa: PLW2901
-            total = math.fsum(values)
-        if values:
+            own = [v for v in own if not math.isnan(v)]  # noqa: PLW2901
+            total = math.fsum(own)
+        if own:
             sums.append(total)
-            counts.append(len(values))
-            kept.append(values)
+            counts.append(len(own))
+            kept.append(own)
     if sum(counts) < 2:
         return None
     if len(kept) > 1:
