@@ -100,7 +100,8 @@ def add_commands(commands: Subparsers) -> None:
         "compare",
         help="compare two runs' snapshot files per section, with bootstrap intervals",
         description="Compare the p50 and the step share of every section between two runs' "
-        "snapshot files, with 95% bootstrap intervals over windows, largest impact first.",
+        "snapshot files, with 95% bootstrap intervals over ranks (one rank: blocks of its "
+        "windows), largest impact first.",
         epilog="example: looptrace compare 'base/snapshots*.jsonl' new/ --max-regression 5",
     )
     compare.add_argument(

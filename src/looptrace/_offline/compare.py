@@ -1,36 +1,38 @@
 """`looptrace compare`: did a change make training slower? Two sets of snapshot files, per path.
 
-Each window of each rank is one sample. Per path the command compares the mean of the
-windows' p50 (as a relative change) and of the windows' share of the main timer's lap (in
-percentage points), each with a 95 % bootstrap interval: the windows of each side resampled
-with replacement, a fixed seed, so the same files always give the same answer. A path is a
-regression beyond PCT when its p50 grew by more than PCT and the interval excludes zero, and
-only where there is evidence enough to judge it: at least `min_windows` windows a side and a
-change of its time per lap of at least `min_impact` % of the main timer's lap. The paths whose
-p50 grew beyond PCT without that evidence are listed with the reason.
+Per path the command compares the mean of the windows' p50 (as a relative change) and of the
+windows' share of the main timer's lap (in percentage points), each with a 95 % bootstrap
+interval over ranks (`resample`): each rank's windows summed, the ranks of each side resampled
+with replacement, or, where one rank ran the path, moving blocks of its windows; a fixed seed,
+so the same files always give the same answer. A path is a regression beyond PCT when its p50
+grew by more than PCT and the interval excludes zero, and only where there is evidence enough
+to judge it: at least `min_windows` windows a side and a change of its time per lap of at least
+`min_impact` % of the main timer's lap. The units a resample draws are at least two by
+construction (two ranks, or two blocks of one rank's windows), so windows are the one count the
+gate asks for. The paths whose p50 grew beyond PCT without that evidence are listed with the
+reason.
 """
 
 from __future__ import annotations
 
 import math
-import random
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
+from itertools import chain
 
 from looptrace._base.units import format_seconds
 from looptrace._offline.inputs import expand_inputs
 from looptrace._offline.reader import SPANS, InputError, JsonLinesFile, Warn, open_inputs
 from looptrace._offline.report_data import main_timer
-from looptrace._offline.summary import merge_windows
+from looptrace._offline.resample import RESAMPLES, Resampler, units
 from looptrace._offline.text import escaped
 from looptrace._offline.window_records import Window, load_windows
 from looptrace._stats.partial import partial_window
+from looptrace._stats.snapshot import SectionStats
 
-RESAMPLES = 1000
 LEVEL = 0.95
 MIN_WINDOWS = 3  # windows a side before a path can fail the gate
 MIN_IMPACT_PCT = 1.0  # of the main timer's lap: a smaller change cannot fail the gate
-_SEED = 0
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,8 @@ class PathChange:
     flagged: bool = False
     impact_pct: float = math.nan  # `impact_s` as a share of the baseline's lap, in %
     unjudged: str = ""  # why the gate could not judge the path ("": it could)
+    base_ranks: int = 0  # ranks whose windows ran the path (1: the interval resamples blocks)
+    cand_ranks: int = 0
 
 
 def load_side(name: str, warn: Warn) -> list[Window]:
@@ -99,69 +103,130 @@ def compare(
 ) -> tuple[str, list[PathChange]]:
     """Return the main timer and the change of every path, largest impact first."""
     gate = max_regression if isinstance(max_regression, Gate) else Gate(max_regression)
-    timer = main_timer(merge_windows(base))
-    rng = random.Random(_SEED)
-    paths = sorted({p for w in (*base, *cand) for p, s in w.stats.items() if s.count})
-    lap_s = _mean([s[2] for s in _samples(base, timer, timer)])
+    timer = _main_timer(base)
+    before, after = _columns(base, timer), _columns(cand, timer)
+    resampler = Resampler()
+    lap_s = _known_mean(before.get(timer, {}), PER_LAP)[0]
     changes = [
-        _change(path, timer, base=base, cand=cand, rng=rng, gate=gate, lap_s=lap_s)
-        for path in paths
+        _change(
+            path,
+            before.get(path, {}),
+            after.get(path, {}),
+            resampler=resampler,
+            gate=gate,
+            lap_s=lap_s,
+        )
+        for path in sorted(before.keys() | after.keys())
     ]
     changes.sort(key=lambda c: (-_abs_or_zero(c.impact_s), c.path))
     return timer, changes
+
+
+def _main_timer(windows: Sequence[Window]) -> str:
+    """Return `main_timer` of the windows merged, from the outermost paths' laps and time."""
+    paths = set[str]().union(*(window.stats.keys() for window in windows))
+    merged = {}  # the count and total of `merge_windows`, without merging every quantile
+    for path in sorted(paths):
+        if _has_ancestor(path, paths):
+            continue
+        parts = [stats for window in windows if (stats := window.stats.get(path)) is not None]
+        times = _known_sum([part.total for part in parts])[0]
+        count = sum(part.count for part in parts)
+        merged[path] = replace(SectionStats.empty(total=times), count=count)
+    return main_timer(merged)
+
+
+def _has_ancestor(path: str, paths: set[str]) -> bool:
+    head = path.rpartition(".")[0]
+    while head:
+        if head in paths:
+            return True
+        head = head.rpartition(".")[0]
+    return False
 
 
 def _abs_or_zero(value: float) -> float:
     return 0.0 if math.isnan(value) else abs(value)
 
 
-def _samples(windows: Sequence[Window], path: str, timer: str) -> list[tuple[float, float, float]]:
-    """Return `(p50, share of the lap, time per lap)` of each window that ran `path`."""
-    samples = []
+P50, SHARE, PER_LAP = range(3)  # a window's p50, share of the main timer's lap, time per lap
+Columns = tuple[list[float], list[float], list[float]]  # a rank's, in window order
+ByRank = dict[int, Columns]  # a path's columns by rank
+
+
+def _columns(windows: Sequence[Window], timer: str) -> dict[str, ByRank]:
+    """Return the p50, share of the lap and time per lap of each window, by path and rank."""
+    ranks: dict[int, list[Window]] = {}
     for window in windows:
-        stats, lap = window.stats.get(path), window.stats.get(timer)
-        if stats is None or not stats.count or math.isnan(stats.p50):
-            continue
-        share = per_lap = math.nan
-        if lap is not None and lap.count and lap.total > 0 and not math.isnan(stats.total):
-            share = stats.total / lap.total
-            per_lap = stats.total / lap.count
-        samples.append((stats.p50, share, per_lap))
-    return samples
+        ranks.setdefault(window.rank, []).append(window)
+    by_path: dict[str, ByRank] = {}
+    for rank, own in ranks.items():
+        for path, rows in _rows(own, timer).items():
+            p50s, shares, per_laps = map(list, zip(*rows, strict=True))
+            by_path.setdefault(path, {})[rank] = (p50s, shares, per_laps)
+    return by_path
 
 
-def _mean(values: Sequence[float]) -> float:
-    known = [v for v in values if not math.isnan(v)]
-    return math.fsum(known) / len(known) if known else math.nan
+_UNKNOWN = (math.nan, math.nan, math.nan)
+
+
+def _rows(windows: Sequence[Window], timer: str) -> dict[str, list[tuple[float, float, float]]]:
+    """Return the `(p50, share of the lap, time per lap)` of each window, by path."""
+    rows: dict[str, list[tuple[float, float, float]]] = {}
+    for window in windows:
+        lap = window.stats.get(timer)
+        lap_total = lap_count = math.nan  # NaN: no share, no time per lap
+        if lap is not None and lap.count and lap.total > 0:
+            lap_total, lap_count = lap.total, lap.count
+        for path, stats in window.stats.items():
+            if not stats.count:
+                continue
+            p50 = stats.p50
+            row = (p50, stats.total / lap_total, stats.total / lap_count)
+            if math.isnan(p50):  # rare: the window says nothing of the path
+                row = _UNKNOWN
+            known = rows.get(path)
+            if known is None:
+                rows[path] = [row]
+            else:
+                known.append(row)
+    return rows
+
+
+def _known_sum(values: list[float]) -> tuple[float, int]:
+    """Return the exact sum and the count of the values that are not NaN (NaN, 0: none is)."""
+    total = math.fsum(values)
+    if math.isnan(total):  # rare: a window without a lap of the main timer
+        values = [v for v in values if not math.isnan(v)]
+        total = math.fsum(values) if values else math.nan
+    return total, len(values)
+
+
+def _known_mean(by_rank: ByRank, column: int) -> tuple[float, int]:
+    """Return the mean and the count of one column's known values over every rank's windows."""
+    total, count = _known_sum(list(chain.from_iterable(c[column] for c in by_rank.values())))
+    return (total / count if count else math.nan), count
+
+
+def _ratio(before: float, after: float) -> float:
+    return 100 * (after / before - 1) if before > 0 else math.nan
+
+
+def _points(before: float, after: float) -> float:
+    return 100 * (after - before)
 
 
 def _change(
-    path: str,
-    timer: str,
-    *,
-    base: Sequence[Window],
-    cand: Sequence[Window],
-    rng: random.Random,
-    gate: Gate,
-    lap_s: float,
+    path: str, before: ByRank, after: ByRank, *, resampler: Resampler, gate: Gate, lap_s: float
 ) -> PathChange:
-    before, after = _samples(base, path, timer), _samples(cand, path, timer)
-    p50_b, p50_a = [s[0] for s in before], [s[0] for s in after]
-    share_b, share_a = [s[1] for s in before], [s[1] for s in after]
-
-    def ratio(b: Sequence[float], a: Sequence[float]) -> float:
-        low = _mean(b)
-        return 100 * (_mean(a) / low - 1) if low > 0 else math.nan
-
-    def points(b: Sequence[float], a: Sequence[float]) -> float:
-        return 100 * (_mean(a) - _mean(b))
-
-    p50_change = ratio(p50_b, p50_a) if before and after else math.nan
-    p50_low, p50_high = _interval(p50_b, p50_a, ratio, rng)
-    share_low, share_high = _interval(share_b, share_a, points, rng)
-    impact = _mean([s[2] for s in after]) - _mean([s[2] for s in before])
+    (p50_b, windows_b), (p50_a, windows_a) = _known_mean(before, P50), _known_mean(after, P50)
+    share_b, share_a = _known_mean(before, SHARE)[0], _known_mean(after, SHARE)[0]
+    p50_change = _ratio(p50_b, p50_a)
+    p50_low, p50_high = _interval(before, after, P50, _ratio, resampler)
+    share_low, share_high = _interval(before, after, SHARE, _points, resampler)
+    impact = _known_mean(after, PER_LAP)[0] - _known_mean(before, PER_LAP)[0]
     impact_pct = 100 * impact / lap_s if lap_s > 0 else math.nan
-    unjudged = gate.why_not(min(len(before), len(after)), impact_pct)
+    unjudged = gate.why_not(min(windows_b, windows_a), impact_pct)
     flagged = (
         gate.max_regression is not None
         and not unjudged
@@ -171,41 +236,42 @@ def _change(
     )
     return PathChange(
         path=path,
-        base_p50=_mean(p50_b),
-        cand_p50=_mean(p50_a),
+        base_p50=p50_b,
+        cand_p50=p50_a,
         p50_change_pct=p50_change,
         p50_low_pct=p50_low,
         p50_high_pct=p50_high,
-        base_share_pct=100 * _mean(share_b),
-        cand_share_pct=100 * _mean(share_a),
-        share_change_pp=points(share_b, share_a),
+        base_share_pct=100 * share_b,
+        cand_share_pct=100 * share_a,
+        share_change_pp=_points(share_b, share_a),
         share_low_pp=share_low,
         share_high_pp=share_high,
         impact_s=impact,
-        base_windows=len(before),
-        cand_windows=len(after),
+        base_windows=windows_b,
+        cand_windows=windows_a,
         flagged=flagged,
         impact_pct=impact_pct,
         unjudged=unjudged,
+        base_ranks=len(before),
+        cand_ranks=len(after),
     )
 
 
 def _interval(
-    before: Sequence[float],
-    after: Sequence[float],
-    statistic: Callable[[Sequence[float], Sequence[float]], float],
-    rng: random.Random,
+    before: ByRank,
+    after: ByRank,
+    field: int,
+    statistic: Callable[[float, float], float],
+    resampler: Resampler,
 ) -> tuple[float, float]:
-    """Return the bootstrap interval of `statistic`; NaN with fewer than 2 windows a side."""
-    before = [v for v in before if not math.isnan(v)]
-    after = [v for v in after if not math.isnan(v)]
-    if len(before) < 2 or len(after) < 2:
+    """Return the bootstrap interval of `statistic` of one field; NaN with under 2 values a side."""
+    units_b = units([columns[field] for columns in before.values()])
+    units_a = units([columns[field] for columns in after.values()])
+    if units_b is None or units_a is None:
         return math.nan, math.nan
-    values = sorted(
-        statistic(rng.choices(before, k=len(before)), rng.choices(after, k=len(after)))
-        for _ in range(RESAMPLES)
-    )
-    values = [v for v in values if not math.isnan(v)]
+    means_b = resampler.means("base", units_b)
+    means_a = resampler.means("candidate", units_a)
+    values = sorted(v for v in map(statistic, means_b, means_a) if not math.isnan(v))
     if not values:
         return math.nan, math.nan
     tail = (1 - LEVEL) / 2
@@ -259,7 +325,8 @@ def render(timer: str, changes: Sequence[PathChange], max_regression: float | No
     lines.append("")
     lines.append(
         f"share: of a lap of {escaped(timer)}; per lap: the change of the section's time per lap; "
-        f"intervals: {LEVEL:.0%} bootstrap over windows ({RESAMPLES} resamples)"
+        f"intervals: {LEVEL:.0%} bootstrap over ranks (one rank: blocks of its windows), "
+        f"{RESAMPLES} resamples"
     )
     flagged = [c for c in changes if c.flagged]
     if max_regression is not None:
