@@ -152,7 +152,7 @@ def _compute(
     top = children_of(stats, timer)[:TOP_SECTIONS]
     laps = _laps(spans, timer)
     shares, shares_note = (
-        _window_shares(windows, timer, top) if windows else _span_shares(spans, timer, top)
+        window_shares(windows, timer, top) if windows else _span_shares(spans, timer, top)
     )
     description = summary.description
     if has_windows and spans:
@@ -235,7 +235,7 @@ def _shares(sums: dict[str, float], timer: str, top: Sequence[str]) -> dict[str,
     return shares
 
 
-def _window_shares(
+def window_shares(
     windows: Sequence[Window], timer: str, top: Sequence[str]
 ) -> tuple[list[tuple[str, dict[str, float]]], str]:
     """Return each window's share of the lap per top section, summed over ranks, and a note.

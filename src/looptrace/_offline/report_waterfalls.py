@@ -40,20 +40,21 @@ def waterfalls(
     for step in _priority(_chosen_steps(sorted(by_step), laps), laps):
         group = by_step[step]
         ranks = {span.rank for span in group}
-        if len(ranks) > MAX_WATERFALL_RANKS:
-            cut_ranks = True
+        fewer_ranks = len(ranks) > MAX_WATERFALL_RANKS
+        if fewer_ranks:
             slowest = set(
                 sorted(ranks, key=lambda r: -lap_of.get((step, r), 0.0))[:MAX_WATERFALL_RANKS]
             )
             group = [span for span in group if span.rank in slowest]
-        if len(group) > MAX_STEP_SPANS:
-            cut_spans = True
+        fewer_spans = len(group) > MAX_STEP_SPANS
+        if fewer_spans:
             longest = sorted(group, key=lambda s: (-s.duration_ns, s.rank, s.start_ns))
             kept = {id(span) for span in longest[:MAX_STEP_SPANS]}
             group = [span for span in group if id(span) in kept]
         if len(group) <= room:
             room -= len(group)
             chosen[step] = group
+            cut_ranks, cut_spans = cut_ranks or fewer_ranks, cut_spans or fewer_spans
     notes = []
     if len(chosen) < len(by_step):
         shown = MAX_WATERFALL_SPANS - room
