@@ -119,7 +119,7 @@ class _Mark(NamedTuple):
 
 
 def timeline(data: ReportData) -> tuple[Markup, dict[str, object], str]:
-    """Return the step timeline SVG, the points the hover reads, and a down-sampling note.
+    """Return the step timeline SVG, the points the hover reads, and what it left out ("").
 
     Without span files it draws each window's mean lap per rank instead. The axis covers the
     run's steps (the windows'), not only the traced ones; points farther apart than twice the
