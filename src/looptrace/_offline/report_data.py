@@ -22,6 +22,8 @@ from looptrace._offline.hangs import read_hangs, verdict
 from looptrace._offline.inputs import expand_inputs
 from looptrace._offline.palette import LEGEND, OTHER
 from looptrace._offline.reader import METRICS, SNAPSHOTS, SPANS, InputError, JsonLinesFile, Warn
+from looptrace._offline.report_bounds import MAX_SHARE_BARS
+from looptrace._offline.report_waterfalls import waterfalls
 from looptrace._offline.summary import Summary, summarize_spans, summarize_windows
 from looptrace._offline.system_view import SystemSeries, system_series
 from looptrace._offline.table import tree_paths
@@ -34,10 +36,7 @@ if TYPE_CHECKING:
     from looptrace._offline.span_records import SpanRecord
 
 TOP_SECTIONS = LEGEND  # sections with a colour of their own in the shares; the rest is "other"
-MAX_WATERFALLS = 300  # traced steps whose waterfall the page carries
-MAX_WATERFALL_RANKS = 16  # ranks of one waterfall (the slowest in that step)
 MAX_HEATMAP_RANKS = 64
-MAX_SHARE_GROUPS = 60  # bars of the per-window shares built from spans
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +65,7 @@ class ReportData:
     window_means: dict[int, list[tuple[int, float]]]  # per rank (step, mean lap) of windows
     shares: list[tuple[str, dict[str, float]]]  # per window label: section -> share of the lap
     top: list[str]  # the sections of the shares, largest first
+    shares_note: str = ""  # how the share bars group windows or steps ("": one bar each)
     waterfalls: dict[int, list[SpanRecord]] = field(default_factory=dict)
     waterfall_note: str = ""
     wall_s: float = math.nan
@@ -151,6 +151,9 @@ def _compute(
     timer = main_timer(stats)
     top = children_of(stats, timer)[:TOP_SECTIONS]
     laps = _laps(spans, timer)
+    shares, shares_note = (
+        window_shares(windows, timer, top) if windows else _span_shares(spans, timer, top)
+    )
     description = summary.description
     if has_windows and spans:
         description += f"; {len(spans)} spans of {len({s.step for s in spans})} traced steps"
@@ -164,10 +167,11 @@ def _compute(
         windows=len(windows),
         laps=laps,
         window_means=_window_means(windows, timer),
-        shares=_window_shares(windows, timer, top) if windows else _span_shares(spans, timer, top),
+        shares=shares,
         top=top,
+        shares_note=shares_note,
     )
-    data.waterfalls, data.waterfall_note = _waterfalls(spans, laps)
+    data.waterfalls, data.waterfall_note = waterfalls(spans, laps)
     data.run_steps = _run_steps(windows)
     data.system = system_series(windows)
     data.wall_s = _wall(windows, spans, summary, timer)
@@ -231,12 +235,13 @@ def _shares(sums: dict[str, float], timer: str, top: Sequence[str]) -> dict[str,
     return shares
 
 
-def _window_shares(
+def window_shares(
     windows: Sequence[Window], timer: str, top: Sequence[str]
-) -> list[tuple[str, dict[str, float]]]:
-    """Return each window's share of the lap per top section, summed over ranks.
+) -> tuple[list[tuple[str, dict[str, float]]], str]:
+    """Return each window's share of the lap per top section, summed over ranks, and a note.
 
-    A partial window (no whole lap: the tail of one after the last reset) has no share.
+    A partial window (no whole lap: the tail of one after the last reset) has no share. Past
+    `MAX_SHARE_BARS` steps at which windows closed, a bar sums those of consecutive steps.
     """
     groups: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for index, window in enumerate(windows):
@@ -247,24 +252,25 @@ def _window_shares(
             stats = window.stats.get(path)
             if stats is not None and not math.isnan(stats.total):
                 groups[key][path] += stats.total
-    return [
-        (f"window at step {key}", _shares(sums, timer, top)) for key, sums in sorted(groups.items())
-    ]
+    if len(groups) <= MAX_SHARE_BARS:
+        return [
+            (f"window at step {key}", _shares(sums, timer, top))
+            for key, sums in sorted(groups.items())
+        ], ""
+    bars = _grouped(groups, timer, top, "windows at steps")
+    note = (
+        f"Each bar sums the windows of {math.ceil(len(groups) / MAX_SHARE_BARS)} consecutive "
+        f"steps: {len(bars)} bars for the {len(groups):,} steps at which windows closed."
+    )
+    return bars, note
 
 
-def _span_shares(
-    spans: Sequence[SpanRecord], timer: str, top: Sequence[str]
+def _grouped(
+    per_step: dict[int, dict[str, float]], timer: str, top: Sequence[str], what: str
 ) -> list[tuple[str, dict[str, float]]]:
-    """Without windows: the shares of groups of consecutive traced steps."""
-    wanted = {timer, *top}
-    per_step: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    for span in spans:
-        if span.step is not None and span.path in wanted:
-            per_step[span.step][span.path] += span.duration_ns / 1e9
+    """Return at most `MAX_SHARE_BARS` bars, each the shares of consecutive steps' sums."""
     steps = sorted(per_step)
-    if not steps:
-        return []
-    size = math.ceil(len(steps) / MAX_SHARE_GROUPS)
+    size = math.ceil(len(steps) / MAX_SHARE_BARS)
     result = []
     for start in range(0, len(steps), size):
         group = steps[start : start + size]
@@ -272,62 +278,30 @@ def _span_shares(
         for step in group:
             for path, seconds in per_step[step].items():
                 sums[path] += seconds
-        result.append((f"steps {group[0]}-{group[-1]}", _shares(sums, timer, top)))
+        result.append((f"{what} {group[0]}-{group[-1]}", _shares(sums, timer, top)))
     return result
 
 
-def _waterfalls(
-    spans: Sequence[SpanRecord], laps: dict[int, list[Lap]]
-) -> tuple[dict[int, list[SpanRecord]], str]:
-    """Return the spans of the traced steps the page carries a waterfall of, and a note."""
-    by_step: dict[int, list[SpanRecord]] = defaultdict(list)
+def _span_shares(
+    spans: Sequence[SpanRecord], timer: str, top: Sequence[str]
+) -> tuple[list[tuple[str, dict[str, float]]], str]:
+    """Without windows: the shares of groups of consecutive traced steps, and a note."""
+    wanted = {timer, *top}
+    per_step: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for span in spans:
-        if span.step is not None:
-            by_step[span.step].append(span)
-    if not by_step:
-        return {}, ""
-    keep = _chosen_steps(sorted(by_step), laps)
-    notes = []
-    if len(keep) < len(by_step):
-        notes.append(
-            f"waterfalls of {len(keep)} of {len(by_step)} traced steps: the slow, occasional "
-            "and slowest laps, and evenly spaced others"
-        )
-    chosen: dict[int, list[SpanRecord]] = {}
-    cut = False
-    for step in sorted(keep):
-        group = by_step[step]
-        ranks = {span.rank for span in group}
-        if len(ranks) > MAX_WATERFALL_RANKS:
-            cut = True
-            lap_of = {lap.rank: lap.seconds for lap in _laps_of_step(laps, step)}
-            slowest = sorted(ranks, key=lambda r: -lap_of.get(r, 0.0))[:MAX_WATERFALL_RANKS]
-            group = [span for span in group if span.rank in set(slowest)]
-        chosen[step] = group
-    if cut:
-        notes.append(f"each waterfall shows the {MAX_WATERFALL_RANKS} ranks slowest in that step")
-    return chosen, "; ".join(notes)
-
-
-def _laps_of_step(laps: dict[int, list[Lap]], step: int) -> list[Lap]:
-    return [lap for rank_laps in laps.values() for lap in rank_laps if lap.step == step]
-
-
-def _chosen_steps(steps: list[int], laps: dict[int, list[Lap]]) -> set[int]:
-    if len(steps) <= MAX_WATERFALLS:
-        return set(steps)
-    worst: dict[int, float] = defaultdict(float)
-    marked: set[int] = set()
-    for rank_laps in laps.values():
-        for lap in rank_laps:
-            worst[lap.step] = max(worst[lap.step], lap.seconds)
-            if lap.slow is not None or lap.occasional:
-                marked.add(lap.step)
-    keep = set(sorted(marked, key=lambda s: -worst[s])[: MAX_WATERFALLS // 3])
-    keep |= set(sorted(worst, key=lambda s: -worst[s])[: MAX_WATERFALLS // 3])
-    stride = max(1, len(steps) // (MAX_WATERFALLS - len(keep)))
-    keep |= set(steps[::stride][: MAX_WATERFALLS - len(keep)])
-    return keep
+        if span.step is not None and span.path in wanted:
+            per_step[span.step][span.path] += span.duration_ns / 1e9
+    if not per_step:
+        return [], ""
+    bars = _grouped(per_step, timer, top, "steps")
+    size = math.ceil(len(per_step) / MAX_SHARE_BARS)
+    note = (
+        f"Each bar sums {size} consecutive traced steps: {len(bars)} bars for the "
+        f"{len(per_step):,} traced steps."
+        if size > 1
+        else ""
+    )
+    return bars, note
 
 
 def _wall(

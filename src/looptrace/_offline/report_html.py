@@ -6,7 +6,7 @@ The page is the template `templates/page.html.j2`; this module gathers what it s
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from looptrace._base.units import format_seconds
 from looptrace._offline import report_svg as svg
@@ -63,9 +63,10 @@ def render(data: ReportData, made_by: str) -> str:
         traced=bool(data.laps),
         timer=data.timer,
         timeline=timeline,
-        rank_legend=svg.rank_legend(list(data.laps or data.window_means)) if hover else "",
+        rank_legend=svg.rank_legend(cast("list[int]", hover["ranks"])) if hover else "",
         down_note=down_note,
         shares=svg.shares(data.shares, colour_of, data.timer),
+        shares_note=data.shares_note,
         legend=svg.legend(data.top, colour_of, data.timer),
         heatmap=heatmap,
         heatmap_cut=heatmap_cut,

@@ -18,6 +18,14 @@ from markupsafe import Markup
 from looptrace._base.units import format_seconds
 from looptrace._offline import palette
 from looptrace._offline.palette import OTHER, OTHER_COLOUR, TIMER_COLOUR
+from looptrace._offline.report_bounds import (
+    EXTREME_RANKS,
+    MAX_MARKS,
+    MAX_TIMELINE_RANKS,
+    Kept,
+    extremes_first,
+    thinned,
+)
 from looptrace._offline.report_data import Lap, ReportData
 from looptrace._offline.report_jinja import render
 
@@ -54,22 +62,6 @@ def short(path: str, timer: str) -> str:
 def px(value: float) -> str:
     """Return a coordinate as the charts write it: one decimal."""
     return f"{value:.1f}"
-
-
-def downsample(laps: Sequence[Lap], budget: int) -> list[tuple[int, float]]:
-    """Return `(step, seconds)` points: all of them, or the min and max of each bucket."""
-    points = [(lap.step, lap.seconds) for lap in laps]
-    if len(points) <= budget:
-        return points
-    buckets = max(1, budget // 2)
-    size = math.ceil(len(points) / buckets)
-    kept: list[tuple[int, float]] = []
-    for start in range(0, len(points), size):
-        chunk = points[start : start + size]
-        low = min(chunk, key=lambda p: p[1])
-        high = max(chunk, key=lambda p: p[1])
-        kept += sorted({low, high})
-    return kept
 
 
 class _LogAxis:
@@ -127,7 +119,7 @@ class _Mark(NamedTuple):
 
 
 def timeline(data: ReportData) -> tuple[Markup, dict[str, object], str]:
-    """Return the step timeline SVG, the points the hover reads, and a down-sampling note.
+    """Return the step timeline SVG, the points the hover reads, and what it left out ("").
 
     Without span files it draws each window's mean lap per rank instead. The axis covers the
     run's steps (the windows'), not only the traced ones; points farther apart than twice the
@@ -137,23 +129,31 @@ def timeline(data: ReportData) -> tuple[Markup, dict[str, object], str]:
     inner_h = height - TOP - BOTTOM
     inner_w = WIDTH - LEFT - RIGHT
     series: dict[int, list[tuple[int, float]]]
-    note = ""
+    notes = []
+    every: dict[int, list[tuple[int, float]]]
     if data.laps:
-        total = sum(len(laps) for laps in data.laps.values())
-        budget = max(2, MAX_POINTS // max(1, len(data.laps)))
-        series = {rank: downsample(laps, budget) for rank, laps in data.laps.items()}
-        drawn = sum(len(points) for points in series.values())
-        if drawn < total:
-            note = (
-                f"The timeline is down-sampled: {drawn:,} of {total:,} laps drawn, the "
-                "shortest and longest of each bucket of steps, so slow steps stay visible."
-            )
+        every = {
+            rank: [(lap.step, lap.seconds) for lap in found] for rank, found in data.laps.items()
+        }
+        what = "laps"
     else:
-        series = dict(data.window_means)
+        every, what = dict(data.window_means), "window means"
+    kept = _drawn_ranks(every)
+    total = sum(len(every[rank]) for rank in kept.keys)
+    budget = max(2, MAX_POINTS // max(1, len(kept.keys)))
+    series = {rank: thinned(every[rank], budget) for rank in kept.keys}
+    drawn = sum(len(points) for points in series.values())
+    if drawn < total:
+        notes.append(
+            f"The timeline is down-sampled: {drawn:,} of {total:,} {what} drawn, the "
+            "shortest and longest of each bucket of steps, so slow steps stay visible."
+        )
+    if kept.note:
+        notes.append(f"Ranks drawn: {kept.note}.")
     values = [s for points in series.values() for _, s in points]
     steps = [step for points in series.values() for step, _ in points]
     if not values:
-        return render("no_laps.html.j2"), {}, note
+        return render("no_laps.html.j2"), {}, " ".join(notes)
     first, last = min(steps), max(steps)
     if data.run_steps is not None:
         first, last = min(first, data.run_steps[0]), max(last, data.run_steps[1])
@@ -170,18 +170,16 @@ def timeline(data: ReportData) -> tuple[Markup, dict[str, object], str]:
         for segment in segments(points)
     ]
     marks = []
-    for laps in data.laps.values():
-        for lap in laps:
-            if lap.slow is None and not lap.occasional:
-                continue
-            kind = "slow" if lap.slow is not None else "occasional"
-            what = (
-                f"slow lap ({lap.slow:.1f}x the median)" if lap.slow is not None else lap.occasional
-            )
-            label = f"step {lap.step}, rank {lap.rank}: {format_seconds(lap.seconds)}, {what}"
-            colour = SLOW_COLOUR if kind == "slow" else OCCASIONAL_COLOUR
-            x_at, y_at = px(x(lap.step)), px(axis.y(lap.seconds))
-            marks.append(_Mark(kind, lap.step, lap.rank, x_at, y_at, colour, label))
+    chosen, marks_note = _marked(data.laps)
+    for lap in chosen:
+        kind = "slow" if lap.slow is not None else "occasional"
+        what = f"slow lap ({lap.slow:.1f}x the median)" if lap.slow is not None else lap.occasional
+        label = f"step {lap.step}, rank {lap.rank}: {format_seconds(lap.seconds)}, {what}"
+        colour = SLOW_COLOUR if kind == "slow" else OCCASIONAL_COLOUR
+        x_at, y_at = px(x(lap.step)), px(axis.y(lap.seconds))
+        marks.append(_Mark(kind, lap.step, lap.rank, x_at, y_at, colour, label))
+    if marks_note:
+        notes.append(marks_note)
     svg = render(
         "timeline.svg.j2",
         width=WIDTH, height=height, first=first, last=last, left=LEFT, right=WIDTH - RIGHT,
@@ -197,7 +195,44 @@ def timeline(data: ReportData) -> tuple[Markup, dict[str, object], str]:
             for rank, points in series.items()
         },
     }
-    return svg, hover, note
+    return svg, hover, " ".join(notes)
+
+
+def _drawn_ranks(points: Mapping[int, Sequence[tuple[int, float]]]) -> Kept[int]:
+    """Return the ranks the timeline draws: all, or the first and those of extreme mean lap."""
+    means = {
+        rank: math.fsum(s for _, s in found) / len(found) if found else math.nan
+        for rank, found in points.items()
+    }
+    return extremes_first(
+        means, MAX_TIMELINE_RANKS, EXTREME_RANKS, lambda rank: f"rank {rank}", "mean lap"
+    )
+
+
+def _marked(laps: Mapping[int, Sequence[Lap]]) -> tuple[list[Lap], str]:
+    """Return the slow and occasional laps the timeline marks, on every rank, and a note.
+
+    Past `MAX_MARKS`, the slow laps first (the most times their median first), then the
+    longest of the occasional ones; in the order of ranks and steps.
+    """
+    found = [
+        lap
+        for rank_laps in laps.values()
+        for lap in rank_laps
+        if lap.slow is not None or lap.occasional
+    ]
+    if len(found) <= MAX_MARKS:
+        return found, ""
+    ranked = sorted(
+        range(len(found)),
+        key=lambda i: (found[i].slow is None, -(found[i].slow or 0.0), -found[i].seconds, i),
+    )
+    kept = sorted(ranked[:MAX_MARKS])
+    note = (
+        f"{MAX_MARKS:,} of {len(found):,} slow and occasional laps are marked: the slow laps "
+        "first, those most times their median first, then the longest occasional ones."
+    )
+    return [found[i] for i in kept], note
 
 
 def rank_line(points: Sequence[tuple[float, float]], colour: str, title: str) -> Line:

@@ -14,6 +14,15 @@ from typing import NamedTuple
 
 from markupsafe import Markup
 
+from looptrace._offline.report_bounds import (
+    EXTREME_RANKS,
+    EXTREME_SERIES,
+    MAX_SYSTEM_POINTS,
+    MAX_SYSTEM_RANKS,
+    MAX_SYSTEM_SERIES,
+    extremes_first,
+    thinned,
+)
 from looptrace._offline.report_jinja import render
 from looptrace._offline.report_svg import (
     BOTTOM,
@@ -45,16 +54,18 @@ class SystemRow(NamedTuple):
 
 
 class Chart(NamedTuple):
-    """A chart of the section and the legend of its lines."""
+    """A chart of the section, the legend of its lines and what it left out ("": nothing)."""
 
     svg: Markup
     legend: Markup
+    note: str
 
 
 class SystemSection(NamedTuple):
     """What the page's System section shows."""
 
     rows: list[SystemRow]
+    table_note: str  # the ranks each figure's rows keep ("": every rank)
     cpu: Chart | None  # process CPU per rank (None: not sampled)
     gpu: Chart | None  # GPU utilisation per rank and device (None: no GPU sampled)
 
@@ -71,8 +82,23 @@ class _Dot(NamedTuple):
 def system_section(series: SystemSeries) -> SystemSection:
     """Return the table rows and charts of the system figures."""
     rows: list[SystemRow] = []
+    table_note = ""
     for figure in series.figures:
-        for rank, stats in figure.ranks.items():
+        kept = extremes_first(
+            {rank: stats.mean for rank, stats in figure.ranks.items()},
+            MAX_SYSTEM_RANKS,
+            EXTREME_RANKS,
+            lambda rank: f"rank {rank}",
+            "mean",
+        )
+        if kept.note and not table_note:
+            table_note = (
+                f"Rows per figure: {MAX_SYSTEM_RANKS} ranks where more sampled it, the first ones "
+                f"and the {EXTREME_RANKS} with the highest and the {EXTREME_RANKS} with the lowest "
+                f"mean of that figure ({figure.name}: {kept.note})."
+            )
+        for rank in kept.keys:
+            stats = figure.ranks[rank]
             cells = [
                 (f"{value:.9g}", format_figure(figure.name, value))
                 for value in (stats.mean, stats.max)
@@ -81,6 +107,7 @@ def system_section(series: SystemSeries) -> SystemSection:
             rows.append(SystemRow(f"{len(rows):08d}", figure.name, str(rank), cells))
     return SystemSection(
         rows=rows,
+        table_note=table_note,
         cpu=percent_chart(series.cpu, "system-cpu", "process CPU per window and rank")
         if series.cpu
         else None,
@@ -90,20 +117,36 @@ def system_section(series: SystemSeries) -> SystemSection:
     )
 
 
-def percent_chart(
-    series: Mapping[str, Sequence[tuple[int, float]]], name: str, label: str
-) -> Chart:
+def percent_chart(given: Mapping[str, Sequence[tuple[int, float]]], name: str, label: str) -> Chart:
     """Return a chart of percent figures over the steps: a line per series, 0% at the bottom.
 
     The axis reaches 100% at least (a process busy on several cores goes past it, in hundreds).
+    Past `MAX_SYSTEM_SERIES` series it draws the first ones and those of extreme mean; past
+    `MAX_SYSTEM_POINTS` points, the lowest and highest of each bucket of steps.
     """
     inner_h = HEIGHT - TOP - BOTTOM
     inner_w = WIDTH - LEFT - RIGHT
+    kept = extremes_first(
+        {title: math.fsum(v for _, v in points) / len(points) for title, points in given.items()},
+        MAX_SYSTEM_SERIES,
+        EXTREME_SERIES,
+        str,
+        "mean",
+    )
+    budget = max(2, MAX_SYSTEM_POINTS // len(kept.keys))
+    series = {title: thinned(given[title], budget) for title in kept.keys}
     values = [value for points in series.values() for _, value in points]
     steps = [step for points in series.values() for step, _ in points]
     first, last = min(steps), max(steps)
     span = max(1, last - first)
     high = max(100.0, 100.0 * math.ceil(max(values) / 100.0))
+    notes = [f"Lines drawn: {kept.note}."] if kept.note else []
+    total = sum(len(given[title]) for title in kept.keys)
+    if len(values) < total:
+        notes.append(
+            f"Down-sampled: {len(values):,} of {total:,} windows drawn, the lowest and highest "
+            "of each bucket of steps."
+        )
 
     def x(step: float) -> float:
         return LEFT + (step - first) / span * inner_w
@@ -138,4 +181,5 @@ def percent_chart(
         for index, title in enumerate(list(series)[:MAX_KEYS])
     ]
     more = max(0, len(series) - MAX_KEYS)
-    return Chart(svg, render("legend.html.j2", keys=keys, more=more, marks=None))
+    legend = render("legend.html.j2", keys=keys, more=more, marks=None)
+    return Chart(svg, legend, " ".join(notes))

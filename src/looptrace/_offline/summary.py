@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from looptrace._offline.span_records import SpanRecord
 
 _QUANTILES = (0.5, 0.9, 0.99)
+LISTED_RANKS = 16  # ranks (past it, runs of ranks) the description names; the rest are counted
 RANK_NOTE = "rank min / rank max: lowest and highest per-rank mean; slowest: the rank of the max"
 SPREAD_NOTE = (
     "rank min / rank max: lowest and highest per-rank mean in any window, from "
@@ -238,10 +239,21 @@ def _window_steps_text(windows: Sequence[Window]) -> str:
 
 
 def _ranks_text(per_rank: Mapping[int, object]) -> str:
+    """Return "3 ranks (0, 1, 2)"; past `LISTED_RANKS`, runs of ranks: "1,024 ranks (0-1023)"."""
     ranks = sorted(per_rank)
     if len(ranks) == 1:
         return f"rank {ranks[0]}"
-    return f"{len(ranks)} ranks ({', '.join(str(r) for r in ranks)})"
+    if len(ranks) <= LISTED_RANKS:
+        return f"{len(ranks)} ranks ({', '.join(str(r) for r in ranks)})"
+    runs: list[list[int]] = []
+    for rank in ranks:
+        if runs and rank == runs[-1][-1] + 1:
+            runs[-1].append(rank)
+        else:
+            runs.append([rank])
+    shown = [str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}" for run in runs]
+    more = ", …" if len(shown) > LISTED_RANKS else ""
+    return f"{len(ranks):,} ranks ({', '.join(shown[:LISTED_RANKS])}{more})"
 
 
 def _from_spans(
