@@ -10,6 +10,7 @@ held) or `gil` (a C `sleep` called through `ctypes.PyDLL`, which holds the GIL).
 from __future__ import annotations
 
 import ctypes
+import signal
 import sys
 import threading
 import time
@@ -39,6 +40,9 @@ HANGS = {"python": spin, "wait": wait_forever, "gil": hold_gil}
 
 def main(snapshot: str, trace: str, how: str) -> None:
     """Run fast steps, then hang as `how` says."""
+    # Ctrl-C raises KeyboardInterrupt, as at a terminal, even where the process was started
+    # with SIGINT ignored (from a background job of a shell, as a CI script may be)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     lt = looptrace.configure(
         snapshot_file=snapshot,
         trace_file=trace,
