@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", type=Path, help="write the files here and keep them")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(args.src))
-    from looptrace._core.build import core_kind  # noqa: PLC0415
+    from looptrace._core.build import core_kind
 
     results: dict[str, Any] = {"src": str(args.src), "core": core_kind()}
     root = args.keep or Path(tempfile.mkdtemp(prefix="looptrace-summary-"))

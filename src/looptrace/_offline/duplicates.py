@@ -60,15 +60,12 @@ class Once:
             runs = self._runs.get(tuple(who))
             if runs is None:
                 runs = self._runs[tuple(who)] = IndexRuns()
-            if runs.add(index):
-                return True
-            self.duplicates += 1
-            return False
-        if key in self._seen:
-            self.duplicates += 1
-            return False
-        self._seen.add(key)
-        return True
+            new = runs.add(index)
+        else:
+            new = key not in self._seen
+            self._seen.add(key)
+        self.duplicates += not new
+        return new
 
     def warnings(self) -> list[str]:
         """Return one line per problem found: the duplicates, then each rank with two writers."""

@@ -23,8 +23,9 @@ from collections.abc import Sequence
 from looptrace._offline.mixture import curve
 from looptrace._stats.snapshot import SectionStats
 
-STEPS_PER_DOUBLING = 256
+STEPS_PER_DOUBLING = 1024
 TOLERANCE = 2 ** (1 / (2 * STEPS_PER_DOUBLING))  # a snapped value is within this factor
+_GET = dict.get
 _REACHED = 1e-9  # a level counts as reached this close, relative to the weight
 
 
@@ -32,7 +33,7 @@ def snap(x: float) -> float:
     """Return the grid value nearest `x` (0 stays 0); never decreasing in `x`."""
     if x <= 0.0:
         return 0.0
-    return 2.0 ** (round(math.log2(x) * STEPS_PER_DOUBLING) / STEPS_PER_DOUBLING)
+    return math.pow(2.0, round(math.log2(x) * STEPS_PER_DOUBLING) / STEPS_PER_DOUBLING)
 
 
 class SnappedMixture:
@@ -59,21 +60,28 @@ class SnappedMixture:
             return
         count = stats.count
         self.weight += count
-        self.low = min(self.low, points[0][0])
-        self.high = max(self.high, points[-1][0])
-        jumps, slopes = self._jumps, self._slopes
-        x0, y0 = snap(points[0][0]), points[0][1]
-        jumps[x0] = jumps.get(x0, 0.0) + count * y0
+        low, high = points[0][0], points[-1][0]
+        if low < self.low:
+            self.low = low
+        if high > self.high:
+            self.high = high
+        jumps, slopes, get = self._jumps, self._slopes, _GET
+        log2, power, steps = math.log2, math.pow, STEPS_PER_DOUBLING
+        x0 = 0.0 if low <= 0.0 else power(2.0, round(log2(low) * steps) / steps)
+        y0 = points[0][1]
+        if y0:
+            jumps[x0] = get(jumps, x0, 0.0) + count * y0
         for x, y1 in points[1:]:
-            x1 = snap(x)
+            x1 = 0.0 if x <= 0.0 else power(2.0, round(log2(x) * steps) / steps)  # `snap`
             if x1 > x0:
                 slope = count * (y1 - y0) / (x1 - x0)
-                slopes[x0] = slopes.get(x0, 0.0) + slope
-                slopes[x1] = slopes.get(x1, 0.0) - slope
+                slopes[x0] = get(slopes, x0, 0.0) + slope
+                slopes[x1] = get(slopes, x1, 0.0) - slope
             else:
-                jumps[x0] = jumps.get(x0, 0.0) + count * (y1 - y0)
+                jumps[x0] = get(jumps, x0, 0.0) + count * (y1 - y0)
             x0, y0 = x1, y1
-        jumps[x0] = jumps.get(x0, 0.0) + count * (1.0 - y0)
+        if y0 < 1.0:
+            jumps[x0] = get(jumps, x0, 0.0) + count * (1.0 - y0)
 
     def merge(self, other: SnappedMixture) -> None:
         """Add every window of `other`."""

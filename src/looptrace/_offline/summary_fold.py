@@ -2,11 +2,13 @@
 
 The reader yields one window at a time (`window_records.read_windows`); the `--rank` and
 `--since-step` selections drop it or keep it at once, and a kept one goes to its rank's
-`PathFold` of each of its paths (`window_fold.py`), to the description, spread, throughput,
-memory and system folds (`summary.WindowFacts`) and to the findings (`findings.FindingsFold`),
-then is dropped. Memory grows with the ranks, paths, units and figures, not with the windows;
-the table is `summarize_windows`'s (exact but for the quantiles of more than `KEEP` windows of
-a path: see `window_fold.py`).
+`PathFold` of each of its paths and to the path's `QuantileFold` (`window_fold.py`), to the
+description, spread, throughput, memory and system folds (`summary.WindowFacts`) and to the
+findings (`findings.FindingsFold`), then is dropped. Memory grows with the ranks, paths,
+units and figures, not with the windows. The table is `summarize_windows`'s, exactly but for
+the quantiles of a path with more than `KEEP` windows (within 0.136 %: `window_fold.py`);
+with several ranks the per-rank statistics lack quantiles (NaN): the summary shows only
+their means.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from looptrace._offline.findings import FindingsFold, recorded_text
 from looptrace._offline.reader import InputError, JsonLinesFile, Warn
 from looptrace._offline.summary import Summary, WindowFacts
-from looptrace._offline.window_fold import PathFold, merged
+from looptrace._offline.window_fold import PathFold, QuantileFold, merged
 from looptrace._offline.window_records import Window, read_windows
 from looptrace._stats.snapshot import SectionStats
 
@@ -27,6 +29,7 @@ class SummaryFold:
     def __init__(self) -> None:
         """Hold no window yet."""
         self.per_rank: dict[int, dict[str, PathFold]] = {}
+        self.quantiles: dict[str, QuantileFold] = {}  # by path, over every rank
         self.facts = WindowFacts()
         self.findings = FindingsFold()
 
@@ -41,33 +44,40 @@ class SummaryFold:
             if fold is None:
                 fold = paths[path] = PathFold()
             fold.add(seq, stats)
+            if stats.count > 0:
+                quantiles = self.quantiles.get(path)
+                if quantiles is None:
+                    quantiles = self.quantiles[path] = QuantileFold()
+                quantiles.add(stats)
         self.facts.add(window)
         self.findings.add(window)
 
     def size(self) -> int:
-        """Return the windows and grid values held for quantiles, over every fold."""
-        return sum(fold.size() for paths in self.per_rank.values() for fold in paths.values())
+        """Return the windows and grid values held for quantiles, over every path."""
+        return sum(len(quantiles) for quantiles in self.quantiles.values())
 
     def summary(self) -> Summary:
         """Return the summary of the windows folded (as `summarize_windows` of them)."""
+        several = len(self.per_rank) > 1
         per_rank = {
-            rank: {path: fold.stats() for path, fold in sorted(paths.items())}
+            rank: {
+                path: merged([fold], None if several else self.quantiles.get(path))
+                for path, fold in sorted(paths.items())
+            }
             for rank, paths in sorted(self.per_rank.items())
         }
-        if len(per_rank) == 1:
-            combined = dict(next(iter(per_rank.values())))
-        else:
-            combined = _combined(self.per_rank)
+        combined = self._combined() if several else dict(next(iter(per_rank.values())))
         return self.facts.summary(combined, per_rank)
 
-
-def _combined(per_rank: dict[int, dict[str, PathFold]]) -> dict[str, SectionStats]:
-    """Return each path's statistics over every rank, folded from the ranks' folds."""
-    by_path: dict[str, list[PathFold]] = {}
-    for paths in per_rank.values():
-        for path, fold in paths.items():
-            by_path.setdefault(path, []).append(fold)
-    return {path: merged(folds) for path, folds in sorted(by_path.items())}
+    def _combined(self) -> dict[str, SectionStats]:
+        """Return each path's statistics over every rank, folded from the ranks' folds."""
+        by_path: dict[str, list[PathFold]] = {}
+        for paths in self.per_rank.values():
+            for path, fold in paths.items():
+                by_path.setdefault(path, []).append(fold)
+        return {
+            path: merged(folds, self.quantiles.get(path)) for path, folds in sorted(by_path.items())
+        }
 
 
 def fold_windows(

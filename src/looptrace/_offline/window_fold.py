@@ -5,13 +5,14 @@ its rank's `PathFold` and drops the window. What `merge_path` sums (times, count
 window's count times its mean and its mean square), takes the least or largest of (min,
 max) or adds up (errors, buckets) merges exactly: sums are kept as a few floats whose exact
 sum is the exact sum of the values (`ExactSum`), so `math.fsum` gives the same result as
-over the list; min and max keep the first value as Python's `min` over the list does.
+over the list; min and max keep the first value as Python's `min` over the list does. The
+overall figures fold the ranks' folds (`merged`).
 
 Quantiles of several windows are `mixture.mixture_quantiles` of their min, p50, p90, p99 and
-max: exact (the same windows, in the same order) while a fold holds at most `KEEP` windows
-that counted an interval; past that its windows go to a `SnapshotMixture`
-(`snapped_mixture.py`): bounded by the grid, within 0.136 % of the exact merge. The overall
-figures fold the ranks' folds (`merged`): exact while they hold `KEEP` such windows in all.
+max. A `QuantileFold` per path (all ranks) keeps up to `KEEP` windows that counted an
+interval, in the order read: the same estimate, exactly. Past that it moves them and every
+later one to a `SnappedMixture` (`snapped_mixture.py`): memory bounded by a fixed value grid,
+each quantile within 0.136 % of the exact merge's.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from looptrace._stats.snapshot import SectionStats
 
 KEEP = 32  # windows that counted an interval kept whole per fold, for exact quantiles
 _QUANTILES = (0.5, 0.9, 0.99)
-_BUFFER = 64  # values or bucket rows gathered before they are folded into a few
+_BUFFER = 16  # values or bucket rows gathered before they are folded into a few
 
 
 class ExactSum:
@@ -45,9 +46,10 @@ class ExactSum:
         if len(parts) > _BUFFER:
             self._parts = exact_parts(parts)
 
-    def extend(self, other: ExactSum) -> None:
-        """Add every value of `other`."""
-        self._parts = exact_parts(self._parts + other._parts)
+    @property
+    def parts(self) -> list[float]:
+        """Return floats whose exact sum is that of the values added."""
+        return self._parts
 
     def __bool__(self) -> bool:
         """Whether any value was added."""
@@ -92,22 +94,20 @@ class _Extreme:
     def add(self, seq: int, value: float, *, least: bool) -> None:
         if self.first_seq < 0:
             self.first_seq, self.first = seq, value
-        if value == value and (
-            self.best != self.best or (value < self.best if least else value > self.best)
+        best = self.best
+        if not math.isnan(value) and (
+            math.isnan(best) or (value < best if least else value > best)
         ):
             self.best = value
-
-    def result(self) -> float:
-        return self.first if self.first != self.first else self.best
 
 
 def _extreme(extremes: Sequence[_Extreme], *, least: bool) -> float:
     """Return the extreme over several folds, as `min` (`max`) over their values in order."""
     known = [e for e in extremes if e.first_seq >= 0]
     first = min(known, key=lambda e: e.first_seq)
-    if first.first != first.first:
+    if math.isnan(first.first):
         return math.nan
-    values = [e.best for e in known if e.best == e.best]
+    values = [e.best for e in known if not math.isnan(e.best)]
     return min(values) if least else max(values)
 
 
@@ -147,8 +147,8 @@ class PathFold:
     """One path's windows of one rank, folded: what `merge_path` needs of them, bounded."""
 
     __slots__ = (
-        "buckets", "count", "ended", "errors", "first", "high", "idle_buckets", "kept", "low",
-        "mean_sum", "parts", "self_time", "snapped", "square_sum", "total",
+        "buckets", "count", "ended", "errors", "first", "first_ended", "high", "idle_buckets",
+        "low", "mean_sum", "parts", "self_time", "square_sum", "total",
     )  # fmt: skip
 
     def __init__(self) -> None:
@@ -166,8 +166,7 @@ class PathFold:
         self.high = _Extreme()
         self.buckets = _Buckets()  # of the windows that counted an interval
         self.idle_buckets = _Buckets()  # of the others
-        self.kept: list[tuple[int, SectionStats]] = []  # (order read, window), up to KEEP
-        self.snapped: SnappedMixture | None = None  # past KEEP: every window's distribution
+        self.first_ended: SectionStats | None = None
 
     def add(self, seq: int, stats: SectionStats) -> None:
         """Fold one window's statistics of the path; `seq` orders the windows read."""
@@ -184,6 +183,8 @@ class PathFold:
             self.idle_buckets.add(stats.buckets)
             return
         self.ended += 1
+        if self.first_ended is None:
+            self.first_ended = stats
         self.count += count
         mean = stats.mean
         self.mean_sum.add(count * mean)
@@ -191,27 +192,48 @@ class PathFold:
         self.low.add(seq, stats.min, least=True)
         self.high.add(seq, stats.max, least=False)
         self.buckets.add(stats.buckets)
+
+
+class QuantileFold:
+    """One path's windows' distributions: kept whole up to `KEEP`, then snapped (bounded)."""
+
+    __slots__ = ("kept", "snapped")
+
+    def __init__(self) -> None:
+        """Hold no window yet."""
+        self.kept: list[SectionStats] = []  # the windows that counted an interval, up to KEEP
+        self.snapped: SnappedMixture | None = None  # past KEEP: every such window's
+
+    def add(self, stats: SectionStats) -> None:
+        """Add one window's statistics of the path (one where no interval ended adds nothing)."""
+        if stats.count <= 0:
+            return
         if self.snapped is not None:
             self.snapped.add(stats)
             return
-        self.kept.append((seq, stats))
+        self.kept.append(stats)
         if len(self.kept) > KEEP:
             self.snapped = SnappedMixture()
-            for _, kept in self.kept:
+            for kept in self.kept:
                 self.snapped.add(kept)
             self.kept = []
 
-    def size(self) -> int:
-        """Return the windows and grid values held for the quantiles (bounded)."""
+    def __len__(self) -> int:
+        """Return the windows and grid values held (what bounds the memory)."""
         return len(self.kept) + (0 if self.snapped is None else len(self.snapped))
 
-    def stats(self) -> SectionStats:
-        """Return the path's merged statistics (as `merge_path` of its windows)."""
-        return merged([self])
+    def quantiles(self) -> list[float]:
+        """Return p50, p90 and p99 of the windows: exact up to `KEEP`, else snapped."""
+        if self.snapped is None:
+            return mixture_quantiles(self.kept, _QUANTILES)
+        return self.snapped.quantiles(_QUANTILES)
 
 
-def merged(folds: Sequence[PathFold]) -> SectionStats:
-    """Return the statistics of the windows of several folds (ranks) of one path."""
+def merged(folds: Sequence[PathFold], quantiles: QuantileFold | None) -> SectionStats:
+    """Return the statistics of the windows of several folds (ranks) of one path.
+
+    `quantiles` holds the distributions of the same windows (None: p50, p90 and p99 NaN).
+    """
     folds = [fold for fold in folds if fold.parts]
     parts = sum(fold.parts for fold in folds)
     if parts == 1:
@@ -223,17 +245,16 @@ def merged(folds: Sequence[PathFold]) -> SectionStats:
     errors = sum(fold.errors for fold in folds)
     ended = [fold for fold in folds if fold.ended]
     if sum(fold.ended for fold in ended) == 1:
-        only = ended[0].kept[0][1]
+        only = ended[0].first_ended
+        assert only is not None
         return dataclasses.replace(only, total=total, self_time=self_time, errors=errors)
     if not ended:
         buckets = _Buckets.merged([fold.idle_buckets for fold in folds])
-        return SectionStats.empty(
-            total=total, self_time=self_time, errors=errors, buckets=buckets
-        )
+        return SectionStats.empty(total=total, self_time=self_time, errors=errors, buckets=buckets)
     count = sum(fold.count for fold in ended)
     mean = _sum([fold.mean_sum for fold in ended]) / count
     square = _sum([fold.square_sum for fold in ended]) / count
-    p50, p90, p99 = _quantiles(ended)
+    p50, p90, p99 = [math.nan] * 3 if quantiles is None else quantiles.quantiles()
     return SectionStats(
         count=count,
         total=total,
@@ -252,22 +273,5 @@ def merged(folds: Sequence[PathFold]) -> SectionStats:
 
 def _sum(sums: Sequence[ExactSum]) -> float:
     """Return the exact sum over several folds' sums (NaN when none holds a value)."""
-    whole = ExactSum()
-    for part in sums:
-        if part:
-            whole.extend(part)
-    return whole.value()
-
-
-def _quantiles(folds: Sequence[PathFold]) -> list[float]:
-    """Return p50, p90 and p99: exact from the windows kept, or from the snapped merge."""
-    if all(fold.snapped is None for fold in folds) and sum(len(f.kept) for f in folds) <= KEEP:
-        kept = sorted((pair for fold in folds for pair in fold.kept), key=lambda pair: pair[0])
-        return mixture_quantiles([stats for _, stats in kept], _QUANTILES)
-    mixture = SnappedMixture()
-    for fold in folds:
-        if fold.snapped is not None:
-            mixture.merge(fold.snapped)
-        for _, stats in fold.kept:
-            mixture.add(stats)
-    return mixture.quantiles(_QUANTILES)
+    parts = [value for part in sums for value in part.parts]
+    return math.fsum(parts) if parts else math.nan
