@@ -149,7 +149,8 @@ def _line(window: int, **extra: Any) -> str:
              "p50": 0.1, "p90": 0.14, "p99": 0.15, "self_time": 0.2, "errors": 0,
              "buckets": [1, 1]}  # fmt: skip
     record = {"kind": "looptrace.snapshot", "version": 1, "rank": 0, "step": 10 * window,
-              "writer": "w1", "window": window, "stats": {"root.train": stats}, **extra}  # fmt: skip
+              "writer": "w1", "window": window, "stats": {"root.train": stats},
+              **extra}  # fmt: skip
     return json.dumps(record)
 
 

@@ -61,10 +61,8 @@ class SnappedMixture:
         count = stats.count
         self.weight += count
         low, high = points[0][0], points[-1][0]
-        if low < self.low:
-            self.low = low
-        if high > self.high:
-            self.high = high
+        self.low = min(self.low, low)
+        self.high = max(self.high, high)
         jumps, slopes, get = self._jumps, self._slopes, _GET
         log2, power, steps = math.log2, math.pow, STEPS_PER_DOUBLING
         x0 = 0.0 if low <= 0.0 else power(2.0, round(log2(low) * steps) / steps)
