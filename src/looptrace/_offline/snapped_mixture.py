@@ -3,14 +3,14 @@
 `mixture.py` merges windows' piecewise-linear distributions (each through its min, p50, p90,
 p99 and max, weighed by its count) and keeps every window. Past a bound of windows the
 summary folds them here instead: each window's points are moved to the nearest value of a
-fixed logarithmic grid (256 values per doubling), and the merged distribution is kept as
+fixed logarithmic grid (1,024 values per doubling), and the merged distribution is kept as
 its jumps and changes of slope at the grid values, window by window added in. Memory is one
 entry per grid value between the fastest and the slowest interval, however many windows.
 
-Accuracy: a snapped point is within a factor 2**(1/512) (0.136 %) of its value, and moving
+Accuracy: a snapped point is within a factor 2**(1/2048) (0.034 %) of its value, and moving
 a window's points by at most that factor moves each of its quantiles by at most that factor
 (its quantile at a level is the same mix of the same two points). So each quantile of the
-merged distribution is within 0.136 % of the unsnapped merge's, up to float rounding in the
+merged distribution is within 0.034 % of the unsnapped merge's, up to float rounding in the
 sums (a level off by about 10^-9: where the distribution is flat at a level, the least value
 that reaches it may sit at either side of the flat part).
 """

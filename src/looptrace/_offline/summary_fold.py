@@ -6,7 +6,7 @@ The reader yields one window at a time (`window_records.read_windows`); the `--r
 description, spread, throughput, memory and system folds (`summary.WindowFacts`) and to the
 findings (`findings.FindingsFold`), then is dropped. Memory grows with the ranks, paths,
 units and figures, not with the windows. The table is `summarize_windows`'s, exactly but for
-the quantiles of a path with more than `KEEP` windows (within 0.136 %: `window_fold.py`);
+the quantiles of a path with more than `KEEP` windows (within 0.034 %: `window_fold.py`);
 with several ranks the per-rank statistics lack quantiles (NaN): the summary shows only
 their means.
 """
