@@ -52,10 +52,6 @@ class SummaryFold:
         self.facts.add(window)
         self.findings.add(window)
 
-    def size(self) -> int:
-        """Return the windows and grid values held for quantiles, over every path."""
-        return sum(len(quantiles) for quantiles in self.quantiles.values())
-
     def summary(self) -> Summary:
         """Return the summary of the windows folded (as `summarize_windows` of them)."""
         several = len(self.per_rank) > 1

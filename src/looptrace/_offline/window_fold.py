@@ -25,7 +25,7 @@ from looptrace._offline.mixture import mixture_quantiles
 from looptrace._offline.snapped_mixture import SnappedMixture
 from looptrace._stats.snapshot import SectionStats
 
-KEEP = 32  # windows that counted an interval kept whole per fold, for exact quantiles
+KEEP = 32  # windows that counted an interval kept whole per path, for exact quantiles
 _QUANTILES = (0.5, 0.9, 0.99)
 _BUFFER = 16  # values or bucket rows gathered before they are folded into a few
 
@@ -73,7 +73,7 @@ def exact_parts(values: list[float]) -> list[float]:
         if not math.isfinite(rest):
             return [rest]
         if rest == 0.0:
-            return taken or [0.0]
+            return taken or [rest]  # (a sum of -0.0 stays -0.0)
         taken.append(rest)
 
 
