@@ -234,14 +234,20 @@ def _needs(extra: str, modules: str) -> InputError:
     return InputError(f"this command needs {modules}: pip install 'looptrace[{extra}]'")
 
 
-def _summary_of(args: argparse.Namespace, warn: Warn, spans_only: str = "") -> tuple[Any, Any, str]:
+def _summary_of(
+    args: argparse.Namespace,
+    warn: Warn,
+    spans_only: str = "",
+    opened: tuple[str, list[JsonLinesFile]] | None = None,
+) -> tuple[Any, Any, str]:
     """Return `(summary, records, kind)` of the input files after the rank and step filters.
 
-    With `spans_only` (a command name), files of another kind are an error.
+    With `spans_only` (a command name), files of another kind are an error; `opened`: the
+    files' kind and files, already opened.
     """
     from looptrace._offline.summary import select, summarize_spans, summarize_windows  # noqa: PLC0415
 
-    kind, files = open_inputs(args.files, warn)
+    kind, files = opened or open_inputs(args.files, warn)
     if spans_only and kind != SPANS:
         raise InputError(f"{spans_only} needs span files; {files[0].name} is a {kind} file")
     if kind == SPANS:
@@ -259,6 +265,21 @@ def _summary_of(args: argparse.Namespace, warn: Warn, spans_only: str = "") -> t
     return _with_losses(summarize_windows(kept), files), kept, kind
 
 
+def _streamed_summary(args: argparse.Namespace, warn: Warn) -> tuple[Any, str | None, str]:
+    """Return `(summary, findings' lines or None, kind)`: windows folded as they are read."""
+    from looptrace._offline.summary_fold import summarize_files  # noqa: PLC0415
+
+    kind, files = open_inputs(args.files, warn)
+    if kind == SPANS:
+        summary, _, _ = _summary_of(args, warn, opened=(kind, files))
+        return summary, None, kind
+    found = summarize_files(kind, files, warn, args.rank, args.since_step)
+    if found is None:
+        raise InputError(f"no readable records in {', '.join(args.files)}")
+    summary, findings = found
+    return _with_losses(summary, files), findings if kind == SNAPSHOTS else None, kind
+
+
 def _with_losses(summary: Any, files: list[JsonLinesFile]) -> Any:
     """Add what the writers recorded as lost (a full disk, a stalled writer) to the summary."""
     lost: dict[str, int] = {}
@@ -273,19 +294,17 @@ def _with_losses(summary: Any, files: list[JsonLinesFile]) -> Any:
 
 def run_summary(args: argparse.Namespace) -> int:
     """Print the tree table of the input files."""
-    from looptrace._offline.findings import findings_text  # noqa: PLC0415
     from looptrace._offline.summary import render_summary  # noqa: PLC0415
 
     hang = hang_verdict(args.files)
     if hang is not None:
         print(hang, end="\n\n")
     try:
-        summary, records, kind = _summary_of(args, warner("summary"))
+        summary, findings, kind = _streamed_summary(args, warner("summary"))
     except InputError:
         if hang is not None:  # stuck before any window closed: the verdict is the summary
             return 0
         raise
-    findings = findings_text(records) if kind == SNAPSHOTS else None
     if findings is not None:
         print(findings, end="\n\n")
     print(f"{kind} files: {render_summary(summary)}")

@@ -6,10 +6,16 @@ step and start and end times. A span is known by its trace and span ids. The sec
 one (a file named twice, a copy in another directory) is left out, and the reader warns once.
 Two writers of one rank (two processes given the same `RANK`) are not duplicates: their
 windows and spans are kept, and the reader names both writers in a warning.
+
+Memory: a writer's window indices are kept as runs of consecutive indices (`IndexRuns`),
+one run for a file read whole, so the windows of today's files cost one entry per writer
+and timer however many there are. Spans, and windows of lines written before looptrace
+recorded a writer and an index, are kept one key each.
 """
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Hashable
 
 from looptrace._offline.text import one_line
@@ -28,6 +34,7 @@ class Once:
         self._in_order = in_order
         self._latest: dict[Hashable, int] = {}  # (writer, rank, timer) -> its latest index
         self._seen: set[Hashable] = set()
+        self._runs: dict[Hashable, IndexRuns] = {}  # (writer, rank, timer) -> indices seen
         self._writers: dict[int, dict[str, str | None]] = {}  # rank -> writer -> its host
         self.duplicates = 0
         self._said: set[object] = set()  # what `news()` has said
@@ -48,11 +55,17 @@ class Once:
                 return False
             self._latest[tuple(who)] = index if isinstance(index, int) else latest
             return True
-        if key in self._seen:
-            self.duplicates += 1
-            return False
-        self._seen.add(key)
-        return True
+        if isinstance(key, tuple) and len(key) == 4 and type(key[3]) is int:
+            *who, index = key  # (writer, rank, timer, window index)
+            runs = self._runs.get(tuple(who))
+            if runs is None:
+                runs = self._runs[tuple(who)] = IndexRuns()
+            new = runs.add(index)
+        else:
+            new = key not in self._seen
+            self._seen.add(key)
+        self.duplicates += not new
+        return new
 
     def warnings(self) -> list[str]:
         """Return one line per problem found: the duplicates, then each rank with two writers."""
@@ -87,6 +100,44 @@ class Once:
                 self._said.add(rank)
                 lines.append(claimed(rank, writers))
         return lines
+
+
+class IndexRuns:
+    """Whole numbers seen, as sorted runs of consecutive ones: few runs for indices in order."""
+
+    __slots__ = ("_ends", "_starts")
+
+    def __init__(self) -> None:
+        """Hold no number yet."""
+        self._starts: list[int] = []
+        self._ends: list[int] = []  # run i holds _starts[i] to _ends[i]
+
+    def __len__(self) -> int:
+        """Return the number of runs (what the memory grows with)."""
+        return len(self._starts)
+
+    def add(self, index: int) -> bool:
+        """Add `index`; return whether it is new."""
+        starts, ends = self._starts, self._ends
+        if ends and index == ends[-1] + 1:  # the usual case: the next window of a file
+            ends[-1] = index
+            return True
+        at = bisect.bisect_right(starts, index) - 1  # the run starting at or before it
+        if at >= 0 and index <= ends[at]:
+            return False
+        left = at >= 0 and ends[at] == index - 1
+        right = at + 1 < len(starts) and starts[at + 1] == index + 1
+        if left and right:
+            ends[at] = ends[at + 1]
+            del starts[at + 1], ends[at + 1]
+        elif left:
+            ends[at] = index
+        elif right:
+            starts[at + 1] = index
+        else:
+            starts.insert(at + 1, index)
+            ends.insert(at + 1, index)
+        return True
 
 
 def claimed(rank: int, writers: dict[str, str | None]) -> str:

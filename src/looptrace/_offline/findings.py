@@ -9,7 +9,7 @@ not). One fold and one line format serve all three.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,10 +50,26 @@ class Recorded:
         )
 
 
-def recorded_findings(windows: Sequence[Window]) -> list[Recorded]:
+def recorded_findings(windows: Iterable[Window]) -> list[Recorded]:
     """Return the warnings and worse of `windows`, most severe then most frequent first."""
-    worst: dict[tuple[Any, ...], tuple[dict[str, Any], int]] = {}
+    fold = FindingsFold()
     for window in windows:
+        fold.add(window)
+    return fold.recorded()
+
+
+class FindingsFold:
+    """`recorded_findings` window by window: per (kind, path, rank) the worst and a count."""
+
+    def __init__(self) -> None:
+        """Hold no window yet."""
+        self._worst: dict[tuple[Any, ...], tuple[dict[str, Any], int]] = {}
+        self._ranks: set[int] = set()
+        self._judged = 0  # windows with a whole lap (a partial window is not diagnosed)
+
+    def add(self, window: Window) -> None:
+        """Add one window's findings."""
+        worst = self._worst
         for finding in window.findings:
             if finding["severity"] not in ("critical", "warning"):
                 continue  # what needs a change
@@ -62,13 +78,18 @@ def recorded_findings(windows: Sequence[Window]) -> list[Recorded]:
             if _rank(finding) <= _rank(seen):
                 seen = finding
             worst[key] = (seen, count + 1)
-    ordered = sorted(worst.values(), key=lambda item: (_rank(item[0]), -item[1]))
-    several = len({window.rank for window in windows}) > 1
-    judged = sum(not partial_window(window.stats) for window in windows)  # (no whole lap: none)
-    return [
-        Recorded(finding, count, judged, _where(finding) if several else "")
-        for finding, count in ordered
-    ]
+        if len(self._ranks) < 2:
+            self._ranks.add(window.rank)
+        self._judged += not partial_window(window.stats)
+
+    def recorded(self) -> list[Recorded]:
+        """Return the findings of the windows added, most severe then most frequent first."""
+        ordered = sorted(self._worst.values(), key=lambda item: (_rank(item[0]), -item[1]))
+        several = len(self._ranks) > 1
+        return [
+            Recorded(finding, count, self._judged, _where(finding) if several else "")
+            for finding, count in ordered
+        ]
 
 
 def _where(finding: dict[str, Any]) -> str:
@@ -77,9 +98,13 @@ def _where(finding: dict[str, Any]) -> str:
     return "" if rank is None or f"rank {rank}" in finding["message"] else f"rank {rank}"
 
 
-def findings_text(windows: Sequence[Window], limit: int = LIMIT) -> str | None:
+def findings_text(windows: Iterable[Window], limit: int = LIMIT) -> str | None:
     """Return at most `limit` lines of warnings and worse, most severe first; None if none."""
-    found = recorded_findings(windows)
+    return recorded_text(recorded_findings(windows), limit)
+
+
+def recorded_text(found: Sequence[Recorded], limit: int = LIMIT) -> str | None:
+    """Return at most `limit` lines of recorded findings (most severe first); None if none."""
     if not found:  # a healthy run, or files written before windows were diagnosed
         return None
     lines = [f"findings ({min(limit, len(found))} of {len(found)}, most severe first):"]

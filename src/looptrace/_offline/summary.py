@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 from looptrace._base.units import format_seconds
 from looptrace._offline.mixture import mixture_quantiles
 from looptrace._offline.reader import InputError
-from looptrace._offline.system_view import system_block
+from looptrace._offline.system_view import SystemFold, figures_block
 from looptrace._offline.table import render_table
 from looptrace._offline.text import escaped
-from looptrace._offline.throughput import job_rate_lines, memory_line, throughput_lines
+from looptrace._offline.throughput import JobRateFold, MemoryFold, ThroughputFold
 from looptrace._offline.window_records import Window
 from looptrace._stats.buckets import BOUNDARIES_S
 from looptrace._stats.sketch import nearest_rank
@@ -130,45 +130,97 @@ def summarize_spans(spans: Sequence[SpanRecord]) -> Summary:
 def summarize_windows(windows: Sequence[Window]) -> Summary:
     """Return the merged statistics of snapshot or metrics windows, overall and per rank."""
     per_rank: dict[int, list[Window]] = defaultdict(list)
+    facts = WindowFacts()
     for window in windows:
         per_rank[window.rank].append(window)
-    description = f"{_count(len(windows), 'window')}{_subtrees_text(windows)}, "
-    description += _ranks_text(per_rank) + _window_steps_text(windows)
-    return Summary(
-        combined=merge_windows(windows),
-        per_rank={rank: merge_windows(group) for rank, group in sorted(per_rank.items())},
-        description=description,
-        estimated=len(windows) > 1,
-        spread=_spread(windows) if len(per_rank) == 1 else None,
-        counted=(
-            *throughput_lines(windows),
-            *job_rate_lines(windows),
-            *filter(None, [memory_line(windows)]),
-        ),
-        system=tuple(system_block(windows)),
+        facts.add(window)
+    return facts.summary(
+        merge_windows(windows),
+        {rank: merge_windows(group) for rank, group in sorted(per_rank.items())},
     )
 
 
-def _spread(windows: Sequence[Window]) -> dict[str, tuple[float, float, int]] | None:
-    """Combine the cross-rank spread of the per-rank mean over the windows that carry one."""
-    lows: dict[str, float] = {}
-    highs: dict[str, float] = {}
-    votes: dict[str, Counter[int]] = defaultdict(Counter)
-    for window in windows:
+class WindowFacts:
+    """What a summary of windows says besides its table, folded window by window.
+
+    The description (windows, timers, ranks, steps), the cross-rank spread of one rank's
+    `reset(across_ranks=True)` lines, the throughput and memory lines and the system
+    figures: memory grows with the paths, units, figures and ranks, not with the windows.
+    """
+
+    def __init__(self) -> None:
+        """Hold no window yet."""
+        self.windows = 0
+        self.ranks: set[int] = set()
+        self.subtrees: Counter[str] = Counter()
+        self.held: tuple[int, int] | None = None  # the least and largest step of `steps`
+        self.closed: tuple[int, int] | None = None  # the least and largest `step`
+        self.lows: dict[str, float] = {}  # the spread's least per-rank mean, by path
+        self.highs: dict[str, float] = {}
+        self.votes: dict[str, Counter[int]] = defaultdict(Counter)  # slowest rank, by path
+        self.throughput = ThroughputFold()
+        self.job_rates = JobRateFold()
+        self.memory = MemoryFold()
+        self.system = SystemFold()
+
+    def add(self, window: Window) -> None:
+        """Add one window (its statistics go to the table, apart: `merge_windows`)."""
+        self.windows += 1
+        self.ranks.add(window.rank)
+        self.subtrees[window.subtree] += 1
+        if window.steps is not None:
+            self.held = _widened(self.held, *window.steps)
+        if window.step is not None:
+            self.closed = _widened(self.closed, window.step, window.step)
         for path, spread in (window.spread or {}).items():
             mean = spread.get("mean") or {}
             low, high, slowest = mean.get("min"), mean.get("max"), mean.get("slowest_rank")
             if low is None or high is None or slowest is None:
                 continue
-            lows[path] = min(lows.get(path, math.inf), float(low))
-            highs[path] = max(highs.get(path, -math.inf), float(high))
-            votes[path][int(slowest)] += 1
-    if not votes:
-        return None
-    return {
-        path: (lows[path], highs[path], min(v, key=lambda r: (-v[r], r)))
-        for path, v in votes.items()
-    }
+            self.lows[path] = min(self.lows.get(path, math.inf), float(low))
+            self.highs[path] = max(self.highs.get(path, -math.inf), float(high))
+            self.votes[path][int(slowest)] += 1
+        self.throughput.add(window)
+        self.job_rates.add(window)
+        self.memory.add(window)
+        self.system.add(window)
+
+    def summary(
+        self, combined: dict[str, SectionStats], per_rank: dict[int, dict[str, SectionStats]]
+    ) -> Summary:
+        """Return the summary of the windows added, with their merged statistics."""
+        description = f"{_count(self.windows, 'window')}{_subtrees_text(self.subtrees)}, "
+        description += _ranks_text(self.ranks)
+        if self.held is not None:
+            description += _steps_text(self.held, "step")
+        elif self.closed is not None:
+            description += _steps_text(self.closed, "closed at step")
+        return Summary(
+            combined=combined,
+            per_rank=per_rank,
+            description=description,
+            estimated=self.windows > 1,
+            spread=self._spread() if len(self.ranks) == 1 else None,
+            counted=(
+                *self.throughput.lines(),
+                *self.job_rates.lines(),
+                *filter(None, [self.memory.line()]),
+            ),
+            system=tuple(figures_block(self.system.figures())),
+        )
+
+    def _spread(self) -> dict[str, tuple[float, float, int]] | None:
+        """Combine the cross-rank spread of the per-rank mean over the windows with one."""
+        if not self.votes:
+            return None
+        return {
+            path: (self.lows[path], self.highs[path], min(v, key=lambda r: (-v[r], r)))
+            for path, v in self.votes.items()
+        }
+
+
+def _widened(span: tuple[int, int] | None, low: int, high: int) -> tuple[int, int]:
+    return (low, high) if span is None else (min(span[0], low), max(span[1], high))
 
 
 def render_summary(summary: Summary) -> str:
@@ -215,9 +267,8 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
-def _subtrees_text(windows: Sequence[Window]) -> str:
+def _subtrees_text(subtrees: Counter[str]) -> str:
     """Name the timers whose windows these are, when some are of one timer's subtree."""
-    subtrees = Counter(w.subtree for w in windows)
     if set(subtrees) <= {"root"}:
         return ""
     return f" ({', '.join(f'{n} of {escaped(path)}' for path, n in sorted(subtrees.items()))})"
@@ -230,15 +281,7 @@ def _steps_text(steps: Sequence[int], what: str) -> str:
     return f", {what} {low}" if low == high else f", {what}s {low}-{high}"
 
 
-def _window_steps_text(windows: Sequence[Window]) -> str:
-    """Name the steps the windows hold, first to last, or else the steps they closed at."""
-    ranges = [w.steps for w in windows if w.steps is not None]
-    if ranges:
-        return _steps_text([low for low, _ in ranges] + [high for _, high in ranges], "step")
-    return _steps_text([w.step for w in windows if w.step is not None], "closed at step")
-
-
-def _ranks_text(per_rank: Mapping[int, object]) -> str:
+def _ranks_text(per_rank: Iterable[int]) -> str:
     """Return "3 ranks (0, 1, 2)"; past `LISTED_RANKS`, runs of ranks: "1,024 ranks (0-1023)"."""
     ranks = sorted(per_rank)
     if len(ranks) == 1:

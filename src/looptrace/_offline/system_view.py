@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from looptrace._base.units import format_bytes
 from looptrace._offline.text import escaped
+from looptrace._offline.window_fold import ExactSum
 from looptrace._offline.window_records import Window
 from looptrace._stats.system_figures import FigureStats
 
@@ -44,18 +45,54 @@ class Figure:
     ranks: dict[int, FigureStats]  # per rank: the mean and max of its windows' samples
 
 
-def figures(windows: Sequence[Window]) -> list[Figure]:
+def figures(windows: Iterable[Window]) -> list[Figure]:
     """Return every system figure of the windows, in the order the views show them."""
-    per_rank: dict[str, dict[int, list[FigureStats]]] = defaultdict(lambda: defaultdict(list))
+    fold = SystemFold()
     for window in windows:
+        fold.add(window)
+    return fold.figures()
+
+
+class _RankFigure:
+    """One figure of one rank's windows: its samples' sum (exact), their count, the max."""
+
+    __slots__ = ("high", "samples", "summed")
+
+    def __init__(self) -> None:
+        self.summed = ExactSum()
+        self.samples = 0
+        self.high = -math.inf
+
+    def stats(self) -> FigureStats:
+        return FigureStats(self.summed.value() / self.samples, self.high, self.samples)
+
+
+class SystemFold:
+    """`figures` window by window: per figure and rank, bounded by figures times ranks."""
+
+    def __init__(self) -> None:
+        """Hold no window yet."""
+        self._found: dict[str, dict[int, _RankFigure]] = defaultdict(dict)
+
+    def add(self, window: Window) -> None:
+        """Add one window's system figures."""
         for name, stats in (window.system or {}).items():
-            per_rank[name][window.rank].append(stats)
-    found = []
-    for name in sorted(per_rank, key=figure_order):
-        ranks = {rank: _combined(parts) for rank, parts in sorted(per_rank[name].items())}
-        whole = _combined(ranks.values())
-        found.append(Figure(name, whole.mean, whole.max, whole.samples, ranks))
-    return found
+            ranks = self._found[name]
+            fold = ranks.get(window.rank)
+            if fold is None:
+                fold = ranks[window.rank] = _RankFigure()
+            fold.summed.add(stats.mean * stats.samples)
+            fold.samples += stats.samples
+            fold.high = max(fold.high, stats.max)
+
+    def figures(self) -> list[Figure]:
+        """Return the figures of the windows added, in the order the views show them."""
+        found = []
+        for name in sorted(self._found, key=figure_order):
+            ranks = {rank: fold.stats() for rank, fold in sorted(self._found[name].items())}
+            whole = _combined(ranks.values())
+            found.append(Figure(name, whole.mean, whole.max, whole.samples, ranks))
+        return found
 
 
 def figure_order(name: str) -> tuple[int, tuple[tuple[int, str], ...]]:
@@ -85,13 +122,17 @@ def format_figure(name: str, value: float) -> str:
     return f"{value:.4g}"
 
 
-def system_block(windows: Sequence[Window]) -> list[str]:
-    """Return the lines of the system figures of the windows; none when no window has any.
+def system_block(windows: Iterable[Window]) -> list[str]:
+    """Return the lines of the system figures of the windows; none when no window has any."""
+    return figures_block(figures(windows))
+
+
+def figures_block(found: Sequence[Figure]) -> list[str]:
+    """Return the lines of system figures (`figures`); none when there are none.
 
     Per figure the mean over every sample and the max; with several ranks the lowest and the
     highest rank's mean, naming the rank (the lowest-numbered one on a tie).
     """
-    found = figures(windows)
     if not found:
         return []
     ranks = sorted({rank for figure in found for rank in figure.ranks})

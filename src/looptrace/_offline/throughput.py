@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Iterable, Sequence
 
 from looptrace._base.units import format_bytes
 from looptrace._offline.text import escaped
@@ -15,7 +15,7 @@ _DEVICE_PEAKS = ("device_peak_allocated", "device_peak_reserved")
 _DEVICE_COUNTS = (("device_alloc_retries", "allocator retries"), ("device_ooms", "OOMs"))
 
 
-def throughput_lines(windows: Sequence[Window]) -> list[str]:
+def throughput_lines(windows: Iterable[Window]) -> list[str]:
     """Return one line per (timer path, unit) counted: total, job rate, rate in lap time, MFU.
 
     A rank's rate is its units over its windows' wall time (lap time); the job's is the sum
@@ -23,37 +23,60 @@ def throughput_lines(windows: Sequence[Window]) -> list[str]:
     shown only where every window counted has one (the user gave the peak and the FLOPs): a
     rank's is its windows' MFU weighted by their wall time, the job's the mean of its ranks'.
     """
-    totals: dict[tuple[str, str], dict[int, float]] = defaultdict(lambda: defaultdict(float))
-    seconds: dict[tuple[str, str], dict[int, float]] = defaultdict(lambda: defaultdict(float))
-    lap_s: dict[tuple[str, str], dict[int, float]] = defaultdict(lambda: defaultdict(float))
-    # FLOP-seconds over peak by rank: the MFU weighted by wall time; None once a window lacks it
-    used: dict[tuple[str, str], dict[int, float] | None] = {}
+    fold = ThroughputFold()
     for window in windows:
+        fold.add(window)
+    return fold.lines()
+
+
+class ThroughputFold:
+    """`throughput_lines` window by window: per (path, unit) and rank, its sums."""
+
+    def __init__(self) -> None:
+        """Hold no window yet."""
+        self.totals: dict[tuple[str, str], dict[int, float]] = defaultdict(
+            lambda: defaultdict(float)
+        )
+        self.seconds: dict[tuple[str, str], dict[int, float]] = defaultdict(
+            lambda: defaultdict(float)
+        )
+        self.lap_s: dict[tuple[str, str], dict[int, float]] = defaultdict(
+            lambda: defaultdict(float)
+        )
+        # FLOP-seconds over peak by rank: the MFU weighted by wall time; None once one lacks it
+        self.used: dict[tuple[str, str], dict[int, float] | None] = {}
+
+    def add(self, window: Window) -> None:
+        """Add one window's counted units."""
         for key, n in (window.counted or {}).items():
-            totals[key][window.rank] += n
-            seconds[key][window.rank] += window.seconds
+            self.totals[key][window.rank] += n
+            self.seconds[key][window.rank] += window.seconds
             mfu = (window.mfu or {}).get(key)
-            ranks = used.setdefault(key, defaultdict(float))
+            ranks = self.used.setdefault(key, defaultdict(float))
             if mfu is None or ranks is None:
-                used[key] = None
+                self.used[key] = None
             else:
                 ranks[window.rank] += mfu * window.seconds
             stats = window.stats.get(key[0])
             if stats is not None:
-                lap_s[key][window.rank] += stats.total
-    lines = []
-    for key in sorted(totals):
-        path, unit = escaped(key[0]), escaped(key[1])
-        total = sum(totals[key].values())
-        per_s = _job_rate(totals[key], seconds[key])
-        per_lap_s = _job_rate(totals[key], lap_s[key])
-        lines.append(
-            f"throughput {path} {unit}: {format_count(total)} in all, "
-            f"{format_count(per_s)}/s of wall time, {format_count(per_lap_s)}/s of lap time"
-            + (f" (sum of {len(totals[key])} ranks)" if len(totals[key]) > 1 else "")
-            + _mfu_part(used.get(key), seconds[key])
-        )
-    return lines
+                self.lap_s[key][window.rank] += stats.total
+
+    def lines(self) -> list[str]:
+        """Return the lines of the windows added."""
+        lines = []
+        for key in sorted(self.totals):
+            path, unit = escaped(key[0]), escaped(key[1])
+            totals = self.totals[key]
+            total = sum(totals.values())
+            per_s = _job_rate(totals, self.seconds[key])
+            per_lap_s = _job_rate(totals, self.lap_s[key])
+            lines.append(
+                f"throughput {path} {unit}: {format_count(total)} in all, "
+                f"{format_count(per_s)}/s of wall time, {format_count(per_lap_s)}/s of lap time"
+                + (f" (sum of {len(totals)} ranks)" if len(totals) > 1 else "")
+                + _mfu_part(self.used.get(key), self.seconds[key])
+            )
+        return lines
 
 
 def job_rates(windows: Sequence[Window], path: str) -> dict[str, float]:
@@ -80,7 +103,7 @@ def peak_memory(windows: Sequence[Window]) -> tuple[str, str] | None:
     return None
 
 
-def job_rate_lines(windows: Sequence[Window]) -> list[str]:
+def job_rate_lines(windows: Iterable[Window]) -> list[str]:
     """Return one line per (timer path, unit) of the windows reduced across ranks.
 
     Read from the lowest rank whose windows carry `rates_across_ranks` (every rank holds the
@@ -88,74 +111,153 @@ def job_rate_lines(windows: Sequence[Window]) -> list[str]:
     time), how many ranks counted, and the rank named slowest (least units per second) and
     fastest in most windows, each at its rates' mean in the windows that named it.
     """
-    reduced = [w for w in windows if w.rates_spread]
-    if not reduced:
-        return []
-    first = min(w.rank for w in reduced)
-    found: dict[tuple[str, str], list[tuple[RateSpread, float]]] = defaultdict(list)
-    for window in reduced:
-        if window.rank == first:
-            for key, spread in (window.rates_spread or {}).items():
-                found[key].append((spread, window.seconds))
-    lines = []
-    for key, spreads in sorted(found.items()):
-        path, unit = escaped(key[0]), escaped(key[1])
-        slowest, slow_n, slow_at = _named(spreads, lambda s: (s.slowest_rank, s.min))
-        fastest, _, fast_at = _named(spreads, lambda s: (s.fastest_rank, s.max))
-        job = _weighted([(s.per_s, seconds) for s, seconds in spreads])
-        ranks = max(s.ranks for s, _ in spreads)
-        lines.append(
-            f"throughput {path} {unit} across ranks: job {format_count(job)} {unit}/s "
-            f"({ranks} {'rank' if ranks == 1 else 'ranks'}); slowest rank {slowest} at "
-            f"{format_count(slow_at)}/s, fastest rank {fastest} at {format_count(fast_at)}/s"
-            + (f" (slowest in {slow_n} of {len(spreads)} windows)" if len(spreads) > 1 else "")
-        )
-    return lines
+    fold = JobRateFold()
+    for window in windows:
+        fold.add(window)
+    return fold.lines()
 
 
-def _named(
-    spreads: Sequence[tuple[RateSpread, float]],
-    figure: Callable[[RateSpread], tuple[int, float]],
-) -> tuple[int, int, float]:
-    """Return the rank named in most windows (the lowest on a tie), how often, its mean rate."""
-    votes = Counter(figure(s)[0] for s, _ in spreads)
-    rank = min(votes, key=lambda r: (-votes[r], r))
-    rates = [(figure(s)[1], seconds) for s, seconds in spreads if figure(s)[0] == rank]
-    return rank, votes[rank], _weighted(rates)
+class _Weighted:
+    """A mean of rates weighted by seconds, rate by rate (plain where no seconds counted)."""
+
+    __slots__ = ("known", "rates", "seconds", "weighted")
+
+    def __init__(self) -> None:
+        self.known = 0
+        self.rates: float = 0
+        self.weighted: float = 0
+        self.seconds: float = 0
+
+    def add(self, rate: float, seconds: float) -> None:
+        if math.isnan(rate):
+            return
+        self.known += 1
+        self.rates += rate
+        self.weighted += rate * seconds
+        self.seconds += seconds
+
+    def mean(self) -> float:
+        if not self.known:
+            return math.nan
+        if self.seconds <= 0:
+            return self.rates / self.known
+        return self.weighted / self.seconds
 
 
-def _weighted(rates: Sequence[tuple[float, float]]) -> float:
-    """Return the mean of `(rate, seconds)` weighted by the seconds (plain without any)."""
-    known = [(rate, seconds) for rate, seconds in rates if not math.isnan(rate)]
-    if not known:
-        return math.nan
-    seconds = sum(s for _, s in known)
-    if seconds <= 0:
-        return sum(rate for rate, _ in known) / len(known)
-    return sum(rate * s for rate, s in known) / seconds
+class _Named:
+    """Per rank named (slowest, or fastest), in how many windows and at what mean rate."""
+
+    def __init__(self) -> None:
+        self.votes: Counter[int] = Counter()
+        self.rates: dict[int, _Weighted] = defaultdict(_Weighted)
+
+    def add(self, rank: int, rate: float, seconds: float) -> None:
+        self.votes[rank] += 1
+        self.rates[rank].add(rate, seconds)
+
+    def most(self) -> tuple[int, int, float]:
+        """Return the rank named in most windows (the lowest on a tie), how often, its rate."""
+        votes = self.votes
+        rank = min(votes, key=lambda r: (-votes[r], r))
+        return rank, votes[rank], self.rates[rank].mean()
 
 
-def memory_line(windows: Sequence[Window]) -> str | None:
+class _KeyRates:
+    """The windows' `rates_across_ranks` of one (path, unit), folded."""
+
+    def __init__(self) -> None:
+        self.windows = 0
+        self.ranks = 0
+        self.job = _Weighted()
+        self.slowest = _Named()
+        self.fastest = _Named()
+
+    def add(self, spread: RateSpread, seconds: float) -> None:
+        self.windows += 1
+        self.ranks = spread.ranks if self.windows == 1 else max(self.ranks, spread.ranks)
+        self.job.add(spread.per_s, seconds)
+        self.slowest.add(spread.slowest_rank, spread.min, seconds)
+        self.fastest.add(spread.fastest_rank, spread.max, seconds)
+
+
+class JobRateFold:
+    """`job_rate_lines` window by window: the lowest rank's reduced rates, folded."""
+
+    def __init__(self) -> None:
+        """Hold no window yet."""
+        self.rank: int | None = None  # the lowest rank with `rates_across_ranks` so far
+        self.found: dict[tuple[str, str], _KeyRates] = {}
+
+    def add(self, window: Window) -> None:
+        """Add one window's `rates_across_ranks` (those of a lower rank start afresh)."""
+        if not window.rates_spread:
+            return
+        if self.rank is None or window.rank < self.rank:
+            self.rank, self.found = window.rank, {}
+        if window.rank != self.rank:
+            return
+        for key, spread in window.rates_spread.items():
+            self.found.setdefault(key, _KeyRates()).add(spread, window.seconds)
+
+    def lines(self) -> list[str]:
+        """Return the lines of the windows added."""
+        lines = []
+        for key, rates in sorted(self.found.items()):
+            path, unit = escaped(key[0]), escaped(key[1])
+            slowest, slow_n, slow_at = rates.slowest.most()
+            fastest, _, fast_at = rates.fastest.most()
+            job, ranks = rates.job.mean(), rates.ranks
+            lines.append(
+                f"throughput {path} {unit} across ranks: job {format_count(job)} {unit}/s "
+                f"({ranks} {'rank' if ranks == 1 else 'ranks'}); slowest rank {slowest} at "
+                f"{format_count(slow_at)}/s, fastest rank {fastest} at {format_count(fast_at)}/s"
+                + (
+                    f" (slowest in {slow_n} of {rates.windows} windows)"
+                    if rates.windows > 1
+                    else ""
+                )
+            )
+        return lines
+
+
+def memory_line(windows: Iterable[Window]) -> str | None:
     """Return the highest memory figures over the windows (any rank), host and device.
 
     None when no window measured memory (a metrics file, a timer's own windows).
     """
-    worst: dict[str, int] = {}
-    summed: dict[str, int] = defaultdict(int)
+    fold = MemoryFold()
     for window in windows:
+        fold.add(window)
+    return fold.line()
+
+
+class MemoryFold:
+    """`memory_line` window by window: the highest of each figure, and the counts' sums."""
+
+    def __init__(self) -> None:
+        """Hold no window yet."""
+        self.worst: dict[str, int] = {}
+        self.summed: dict[str, int] = defaultdict(int)
+
+    def add(self, window: Window) -> None:
+        """Add one window's memory figures."""
         for key, value in (window.memory or {}).items():
-            worst[key] = max(worst.get(key, 0), value)
-            summed[key] += value
-    parts = []
-    if "host_peak_rss" in worst:
-        parts.append(f"host peak resident {format_bytes(worst['host_peak_rss'])}")
-    for key in _DEVICE_PEAKS:
-        if key in worst:
-            parts.append(f"{key.replace('_', ' ')} {format_bytes(worst[key])}")
-    for key, name in _DEVICE_COUNTS:
-        if key in summed:
-            parts.append(f"{name} {summed[key]}")
-    return "memory: " + ", ".join(parts) if parts else None
+            self.worst[key] = max(self.worst.get(key, 0), value)
+            self.summed[key] += value
+
+    def line(self) -> str | None:
+        """Return the memory line of the windows added (None: none measured memory)."""
+        worst, summed = self.worst, self.summed
+        parts = []
+        if "host_peak_rss" in worst:
+            parts.append(f"host peak resident {format_bytes(worst['host_peak_rss'])}")
+        for key in _DEVICE_PEAKS:
+            if key in worst:
+                parts.append(f"{key.replace('_', ' ')} {format_bytes(worst[key])}")
+        for key, name in _DEVICE_COUNTS:
+            if key in summed:
+                parts.append(f"{name} {summed[key]}")
+        return "memory: " + ", ".join(parts) if parts else None
 
 
 def _mfu_part(used: dict[int, float] | None, seconds: dict[int, float]) -> str:

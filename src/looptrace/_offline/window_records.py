@@ -7,7 +7,7 @@ A line whose values are not what looptrace writes is skipped with a warning (`re
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,7 +50,14 @@ def load_windows(kind: str, files: Sequence[JsonLinesFile], warn: Warn) -> list[
     warning; a window read twice counts once, and a rank written by two processes is named
     (`duplicates.Once`), each with one warning.
     """
-    windows: list[Window] = []
+    return list(read_windows(kind, files, warn))
+
+
+def read_windows(kind: str, files: Sequence[JsonLinesFile], warn: Warn) -> Iterator[Window]:
+    """Yield the windows of `load_windows` one at a time, its warnings after the last.
+
+    A reader that folds each window as it comes (`summary_fold`) holds one at a time.
+    """
     once = Once("window")
     with reading(files) as bar, paused_gc():
         for file, number, record in read_all(files, bar):
@@ -60,10 +67,9 @@ def load_windows(kind: str, files: Sequence[JsonLinesFile], warn: Warn) -> list[
                 file.reject(number, f"is a malformed {kind} record ({error})")
                 continue
             if once.first(window.key, window.rank, window.writer, window.host):
-                windows.append(window)
+                yield window
     for line in once.warnings():
         warn(line)
-    return windows
 
 
 def snapshot_window(record: dict[str, Any]) -> Window:
