@@ -19,7 +19,7 @@ from looptrace._offline.report_svg import MAX_POINTS, segments, timeline
 from looptrace._offline.span_records import load_spans
 from looptrace.testing import FakeClock, capture
 
-from .helpers.browser import chromium
+from .helpers.browser import chromium, offline_page
 from .helpers.runs import record_run
 
 DEMO_FINDING = (  # the demo's checkpoint and eval sections have their roles by their names
@@ -230,15 +230,7 @@ def test_the_demo_report_in_chromium(
     output = tmp_path / "report.html"
     _report(capsys, output, demo)
     url = output.as_uri()
-    page = browser.new_page(viewport={"width": 1100, "height": 900})
-    requests: list[str] = []
-    errors: list[str] = []
-    page.on("request", lambda request: requests.append(request.url))
-    page.on("console", lambda m: errors.append(m.text) if m.type in {"error", "warning"} else None)
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    page.route(
-        "**/*", lambda route: route.continue_() if route.request.url == url else route.abort()
-    )
+    page, errors, requests = offline_page(browser, url)
     started = time.monotonic()
     page.goto(url, wait_until="load")
     assert time.monotonic() - started < 60  # a hang guard, not a speed claim
@@ -353,15 +345,7 @@ def test_the_report_of_a_two_rank_gloo_job_in_chromium(
     out = _report(capsys, output, gloo_run)
     assert "6 windows, 2 ranks (0, 1), steps 0-29; 56 spans of 7 traced steps" in out
     url = output.as_uri()
-    page = browser.new_page(viewport={"width": 1100, "height": 900})
-    requests: list[str] = []
-    errors: list[str] = []
-    page.on("request", lambda request: requests.append(request.url))
-    page.on("console", lambda m: errors.append(m.text) if m.type in {"error", "warning"} else None)
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    page.route(
-        "**/*", lambda route: route.continue_() if route.request.url == url else route.abort()
-    )
+    page, errors, requests = offline_page(browser, url)
     page.goto(url, wait_until="load")
     text = " ".join(page.inner_text("body").split())
     assert "2 ranks (0, 1) 30 laps of root.training 6 windows" in text
